@@ -1,0 +1,1 @@
+export { MemoryBackend, type MemoryBackendOptions } from "./memory-backend.js";

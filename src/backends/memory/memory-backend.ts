@@ -1,0 +1,184 @@
+import { type Clock, systemClock } from "../../core/clock.js";
+import { StorageError } from "../../core/errors.js";
+import { storedKey, validateNamespace } from "../../core/namespace.js";
+import {
+  decodeRecord,
+  type Observed,
+  planClaim,
+  planComplete,
+  planRelease,
+  planRenew,
+  visible,
+} from "../../core/transitions.js";
+import type {
+  Backend,
+  BackendCapabilities,
+  Claim,
+  ClaimOptions,
+  ClaimOutcome,
+  CompleteOptions,
+  StoredRecord,
+} from "../../core/types.js";
+
+export interface MemoryBackendOptions {
+  /**
+   * Most records held at once. A new key beyond it is rejected with a `StorageError` (after expired
+   * records are dropped); nothing live is ever evicted, since evicting a claim would let its key run
+   * twice. @default 10_000
+   */
+  readonly maxSize?: number | undefined;
+  /** Clock that leases and ttl are judged by. @default the system clock */
+  readonly clock?: Clock | undefined;
+  /** Prefix that isolates this backend's keys from others sharing `map`. */
+  readonly namespace?: string | undefined;
+  /** The map records live in; pass one map to several backends to share it. @default a new Map */
+  readonly map?: Map<string, unknown> | undefined;
+}
+
+/**
+ * Records in a `Map` inside this process: for tests and single-process services. Every transition is
+ * one synchronous step, so it is atomic with respect to every other call in the process. Expiry is
+ * lazy (checked on read). Waits are woken by an in-process notification.
+ */
+export class MemoryBackend implements Backend {
+  readonly name = "memory";
+  readonly capabilities: BackendCapabilities = {
+    serverClock: false,
+    notifications: true,
+    nativeTtl: false,
+    batchClaim: false,
+    multiProcess: false,
+  };
+  readonly #map: Map<string, unknown>;
+  readonly #clock: Clock;
+  readonly #maxSize: number;
+  readonly #namespace: string | undefined;
+  readonly #waiters = new Map<string, Set<() => void>>();
+
+  constructor(options: MemoryBackendOptions = {}) {
+    this.#map = options.map ?? new Map();
+    this.#clock = options.clock ?? systemClock;
+    this.#maxSize = options.maxSize ?? 10_000;
+    this.#namespace = validateNamespace(this.name, options.namespace);
+  }
+
+  /** Number of records held, expired ones included until they are dropped. */
+  get size(): number {
+    return this.#map.size;
+  }
+
+  #read(id: string): Observed {
+    if (!this.#map.has(id)) return undefined;
+    return decodeRecord(this.#map.get(id));
+  }
+
+  #write(id: string, record: StoredRecord | undefined): void {
+    if (record === undefined) return;
+    this.#map.set(id, { ...record, result: record.result === undefined ? undefined : record.result.slice() });
+    this.#notify(id);
+  }
+
+  /** claim: the §2 table, decided and written in one synchronous step. */
+  async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
+    const id = storedKey(this.#namespace, key);
+    const now = this.#clock.now();
+    if (!this.#map.has(id) && this.#map.size >= this.#maxSize) {
+      this.#dropExpired(now);
+      if (this.#map.size >= this.#maxSize) {
+        throw new StorageError(`claim refused: the memory backend holds its maximum of ${this.#maxSize} records`, {
+          backend: this.name,
+          operation: "claim",
+          key,
+        });
+      }
+    }
+    const plan = planClaim(this.#read(id), key, now, options);
+    this.#write(id, plan.write);
+    return copyOutcome(plan.outcome);
+  }
+
+  async complete(claim: Claim, options: CompleteOptions): Promise<boolean> {
+    const id = storedKey(this.#namespace, claim.key);
+    const plan = planComplete(this.#read(id), claim, this.#clock.now(), options);
+    this.#write(id, plan.write);
+    return plan.outcome;
+  }
+
+  async release(claim: Claim): Promise<boolean> {
+    const id = storedKey(this.#namespace, claim.key);
+    const plan = planRelease(this.#read(id), claim, this.#clock.now());
+    this.#write(id, plan.write);
+    return plan.outcome;
+  }
+
+  async renew(claim: Claim, leaseMs: number): Promise<boolean> {
+    const id = storedKey(this.#namespace, claim.key);
+    const plan = planRenew(this.#read(id), claim, this.#clock.now(), leaseMs);
+    this.#write(id, plan.write);
+    return plan.outcome;
+  }
+
+  async get(key: string): Promise<StoredRecord | undefined> {
+    const record = visible(this.#read(storedKey(this.#namespace, key)), this.#clock.now());
+    return record === undefined ? undefined : { ...record, result: record.result?.slice() };
+  }
+
+  async delete(key: string): Promise<boolean> {
+    const id = storedKey(this.#namespace, key);
+    const existed = this.#map.delete(id);
+    this.#notify(id);
+    return existed;
+  }
+
+  async purgeExpired(): Promise<number> {
+    return this.#dropExpired(this.#clock.now());
+  }
+
+  /** Resolves on the next write to `key`, or after `timeoutMs`. */
+  waitForChange(key: string, timeoutMs: number, signal?: AbortSignal): Promise<void> {
+    const id = storedKey(this.#namespace, key);
+    return new Promise<void>((resolve) => {
+      let waiters = this.#waiters.get(id);
+      if (waiters === undefined) {
+        waiters = new Set();
+        this.#waiters.set(id, waiters);
+      }
+      const set = waiters;
+      const done = () => {
+        this.#clock.clearTimeout(timer);
+        signal?.removeEventListener("abort", done);
+        set.delete(done);
+        if (set.size === 0 && this.#waiters.get(id) === set) this.#waiters.delete(id);
+        resolve();
+      };
+      const timer = this.#clock.setTimeout(done, timeoutMs);
+      signal?.addEventListener("abort", done, { once: true });
+      set.add(done);
+    });
+  }
+
+  async close(): Promise<void> {
+    for (const waiters of this.#waiters.values()) for (const wake of [...waiters]) wake();
+  }
+
+  #notify(id: string): void {
+    const waiters = this.#waiters.get(id);
+    if (waiters !== undefined) for (const wake of [...waiters]) wake();
+  }
+
+  #dropExpired(now: number): number {
+    let dropped = 0;
+    for (const [id, raw] of this.#map) {
+      const observed = decodeRecord(raw);
+      if ("corrupt" in observed || now >= observed.expiresAt) {
+        this.#map.delete(id);
+        dropped++;
+      }
+    }
+    return dropped;
+  }
+}
+
+function copyOutcome(outcome: ClaimOutcome): ClaimOutcome {
+  return outcome.kind === "done" && outcome.result !== undefined ? { ...outcome, result: outcome.result.slice() } : outcome;
+}

@@ -1,0 +1,6 @@
+export {
+  SqliteBackend,
+  type SqliteBackendOptions,
+  type SqliteDatabaseLike,
+  type SqliteStatementLike,
+} from "./sqlite-backend.js";

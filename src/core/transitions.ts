@@ -1,0 +1,168 @@
+/**
+ * The transition table of SPEC §2 as pure functions, for backends that read a record and write it back
+ * inside one atomic step of their own (a JS turn, an immediate SQLite transaction, a datastore
+ * transaction, a conditional write). Backends that decide on the server (Lua, SQL) implement the same
+ * table there; the contract suite holds every backend to it.
+ */
+import type { Claim, ClaimOptions, ClaimOutcome, ClaimVia, CompleteOptions, StoredRecord } from "./types.js";
+
+/** What a backend found under a key that it could not decode. */
+export interface CorruptRecord {
+  readonly corrupt: true;
+  /** The fence, when it could still be read: the next claim continues above it. */
+  readonly fence?: number | undefined;
+}
+
+export type Observed = StoredRecord | CorruptRecord | undefined;
+
+export function isCorrupt(observed: Observed): observed is CorruptRecord {
+  return observed !== undefined && "corrupt" in observed;
+}
+
+/** A decision: what to return, and the record to store (undefined: store nothing). */
+export interface Plan<T> {
+  readonly outcome: T;
+  readonly write?: StoredRecord | undefined;
+}
+
+/**
+ * claim: absent → won (fence 1); own token → won re-affirmed (same fence); live lease → held;
+ * lapsed lease → won (fence + 1); done before expiry → done; anything past expiry or corrupt → won
+ * (fence continues above the old one).
+ */
+export function planClaim(observed: Observed, key: string, now: number, options: ClaimOptions): Plan<ClaimOutcome> {
+  const win = (fence: number, via: ClaimVia, previous?: StoredRecord): Plan<ClaimOutcome> => {
+    const leaseUntil = now + options.leaseMs;
+    const claim: Claim = {
+      key,
+      fence,
+      token: options.token,
+      leaseUntil,
+      ttlMs: options.ttlMs,
+      reclaimed: via === "lapsed" || via === "expired",
+    };
+    const write: StoredRecord = {
+      key,
+      state: "claimed",
+      fence,
+      token: options.token,
+      leaseUntil,
+      expiresAt: leaseUntil + options.ttlMs,
+      fingerprint: via === "reaffirmed" ? previous?.fingerprint : options.fingerprint,
+      claimedAt: via === "reaffirmed" && previous !== undefined ? previous.claimedAt : now,
+    };
+    return { outcome: { kind: "won", claim, via }, write };
+  };
+
+  if (observed === undefined) return win(1, "absent");
+  if (isCorrupt(observed)) return win((observed.fence ?? 0) + 1, "corrupt");
+  if (now >= observed.expiresAt) return win(observed.fence + 1, "expired");
+  if (observed.state === "done") {
+    return {
+      outcome: {
+        kind: "done",
+        fence: observed.fence,
+        fingerprint: observed.fingerprint,
+        result: observed.result,
+        completedAt: observed.completedAt ?? observed.claimedAt,
+        expiresAt: observed.expiresAt,
+      },
+    };
+  }
+  if (observed.token !== "" && observed.token === options.token) {
+    return win(observed.fence, "reaffirmed", observed);
+  }
+  if (now < observed.leaseUntil) {
+    return {
+      outcome: {
+        kind: "held",
+        fence: observed.fence,
+        leaseUntil: observed.leaseUntil,
+        remainingMs: observed.leaseUntil - now,
+        fingerprint: observed.fingerprint,
+      },
+    };
+  }
+  return win(observed.fence + 1, "lapsed");
+}
+
+/** complete: fence matches → done (a done record with the same fence answers true again); else false. */
+export function planComplete(observed: Observed, claim: Claim, now: number, options: CompleteOptions): Plan<boolean> {
+  if (observed === undefined || isCorrupt(observed) || observed.fence !== claim.fence) return { outcome: false };
+  if (observed.state === "done") return { outcome: true };
+  return {
+    outcome: true,
+    write: {
+      ...observed,
+      state: "done",
+      result: options.result,
+      completedAt: now,
+      expiresAt: now + options.ttlMs,
+    },
+  };
+}
+
+/** release: fence matches on a claimed record → lease expires now, fence + 1, token cleared. */
+export function planRelease(observed: Observed, claim: Claim, now: number): Plan<boolean> {
+  if (!isLiveClaim(observed, claim)) return { outcome: false };
+  return {
+    outcome: true,
+    write: { ...observed, fence: observed.fence + 1, token: "", leaseUntil: now, expiresAt: now + claim.ttlMs },
+  };
+}
+
+/** renew: fence matches on a claimed record → lease = now + leaseMs (no lease check: ownership is the fence). */
+export function planRenew(observed: Observed, claim: Claim, now: number, leaseMs: number): Plan<boolean> {
+  if (!isLiveClaim(observed, claim)) return { outcome: false };
+  const leaseUntil = now + leaseMs;
+  return { outcome: true, write: { ...observed, leaseUntil, expiresAt: leaseUntil + claim.ttlMs } };
+}
+
+function isLiveClaim(observed: Observed, claim: Claim): observed is StoredRecord {
+  return (
+    observed !== undefined && !isCorrupt(observed) && observed.state === "claimed" && observed.fence === claim.fence
+  );
+}
+
+/** The record as callers may see it: expired and corrupt records are absent. */
+export function visible(observed: Observed, now: number): StoredRecord | undefined {
+  if (observed === undefined || isCorrupt(observed) || now >= observed.expiresAt) return undefined;
+  return observed;
+}
+
+const isInt = (value: unknown): value is number => typeof value === "number" && Number.isSafeInteger(value);
+const isOptional = (value: unknown, check: (v: unknown) => boolean) => value === undefined || value === null || check(value);
+
+/**
+ * Checks a value read back from a store against the record model. Anything that does not fit is a
+ * `CorruptRecord` (its fence kept when readable), never an exception.
+ */
+export function decodeRecord(raw: unknown): StoredRecord | CorruptRecord {
+  if (typeof raw !== "object" || raw === null) return { corrupt: true };
+  const r = raw as Record<string, unknown>;
+  const fence = isInt(r.fence) && r.fence >= 1 ? r.fence : undefined;
+  const ok =
+    typeof r.key === "string" &&
+    (r.state === "claimed" || r.state === "done") &&
+    fence !== undefined &&
+    typeof r.token === "string" &&
+    isInt(r.leaseUntil) &&
+    isInt(r.expiresAt) &&
+    isInt(r.claimedAt) &&
+    isOptional(r.completedAt, isInt) &&
+    isOptional(r.fingerprint, (v) => typeof v === "string") &&
+    isOptional(r.result, (v) => v instanceof Uint8Array);
+  if (!ok) return { corrupt: true, fence };
+  return {
+    key: r.key as string,
+    state: r.state as StoredRecord["state"],
+    fence,
+    token: r.token as string,
+    leaseUntil: r.leaseUntil as number,
+    expiresAt: r.expiresAt as number,
+    fingerprint: (r.fingerprint ?? undefined) as string | undefined,
+    result: (r.result ?? undefined) as Uint8Array | undefined,
+    claimedAt: r.claimedAt as number,
+    completedAt: (r.completedAt ?? undefined) as number | undefined,
+  };
+}

@@ -1,0 +1,53 @@
+/**
+ * oncely: effectively-once processing for at-least-once delivery.
+ *
+ * The root entry holds the core verbs and the memory backend; it imports no driver.
+ */
+export { MemoryBackend, type MemoryBackendOptions } from "./backends/memory/index.js";
+export { type Clock, ManualClock, systemClock, type TimerHandle } from "./core/clock.js";
+export {
+  DEFAULT_MAX_RESULT_BYTES,
+  jsonCodec,
+  type ReplayedResult,
+  type ResultCodec,
+  type ResultUnavailableReason,
+} from "./core/codec.js";
+export {
+  ConfigurationError,
+  ConflictError,
+  InProgressError,
+  InvalidKeyError,
+  LeaseLostError,
+  OncelyError,
+  type OncelyErrorFields,
+  ResultUnavailableError,
+  StorageError,
+} from "./core/errors.js";
+export { consoleLogger, EventType, hashKey, type Logger, type OncelyEvent, silentLogger } from "./core/events.js";
+export {
+  type Backend,
+  type BackendCapabilities,
+  type Claim,
+  type ClaimOptions,
+  type ClaimOutcome,
+  ClaimVia,
+  type CompleteOptions,
+  RecordState,
+  type StoredRecord,
+} from "./core/types.js";
+export {
+  DEFAULT_LEASE_MS,
+  DEFAULT_TTL_MS,
+  type DuplicateInfo,
+  type GuardOptions,
+  type LockOptions,
+  type LockOutcome,
+  lock,
+  MAX_KEY_BYTES,
+  type MakeIdempotentOptions,
+  type MutexOptions,
+  makeIdempotent,
+  mutex,
+  type Work,
+  type WorkContext,
+} from "./core/verbs.js";

@@ -1,0 +1,26 @@
+import { defineConfig } from "tsup";
+
+export default defineConfig([
+  {
+    entry: {
+      index: "src/index.ts",
+      sqlite: "src/backends/sqlite/index.ts",
+      testing: "src/testing/index.ts",
+    },
+    format: ["esm", "cjs"],
+    dts: true,
+    clean: true,
+    sourcemap: true,
+    target: "node20",
+    splitting: true,
+    treeshake: true,
+  },
+  {
+    entry: { "cli/main": "src/cli/main.ts" },
+    format: ["esm"],
+    clean: false,
+    sourcemap: true,
+    target: "node20",
+    banner: { js: "#!/usr/bin/env node" },
+  },
+]);
