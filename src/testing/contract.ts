@@ -1,0 +1,422 @@
+/**
+ * The backend contract suite: SPEC §2 in executable form. Every backend oncely ships runs it against a
+ * real store, and third parties can run it against theirs:
+ *
+ * ```ts
+ * import { describe, it } from "vitest";
+ * import { backendContract } from "oncely/testing";
+ * backendContract({ describe, it }, { name: "mine", time: "manual", create: ({ namespace, clock }) => …, corrupt: … });
+ * ```
+ *
+ * It needs only `describe` and `it` from the runner (vitest, jest, mocha and node:test all fit) and
+ * asserts with `node:assert`.
+ */
+import { strict as assert } from "node:assert";
+import { randomUUID } from "node:crypto";
+import { ManualClock } from "../core/clock.js";
+import type { Backend, Claim, ClaimOutcome } from "../core/types.js";
+import { mutex, newToken } from "../core/verbs.js";
+
+/** The two functions the suite needs from a test runner. */
+export interface TestRunner {
+  describe(name: string, body: () => void): void;
+  it(name: string, body: () => Promise<void>, timeout?: number): void;
+}
+
+export interface BackendContractContext {
+  /** A namespace unique to the test (two per test for the isolation case). */
+  readonly namespace: string;
+  /** The clock a `time: "manual"` backend must judge leases by. */
+  readonly clock: ManualClock;
+}
+
+export interface BackendContractOptions<B extends Backend = Backend> {
+  /** Used in test names. */
+  readonly name: string;
+  /**
+   * Builds a backend for one test. Backends built with different namespaces must share one store, so
+   * that namespace isolation is really tested.
+   */
+  create(context: BackendContractContext): B | Promise<B>;
+  /**
+   * `manual`: the backend judges time by `context.clock`, and the suite moves it. `server`: the backend
+   * judges time by its store's clock, and the suite sleeps (with short leases).
+   */
+  readonly time: "manual" | "server";
+  /** Overwrites the stored value under `key` with something undecodable, directly in the store. */
+  corrupt(backend: B, key: string): Promise<void>;
+  /** Closes a backend after its test. @default backend.close() */
+  destroy?(backend: B): Promise<void>;
+  /** Claims raced at once on one key. @default 50 */
+  readonly concurrency?: number;
+  /** Lease used with `time: "server"` (real sleeps). @default 300 */
+  readonly serverLeaseMs?: number;
+}
+
+interface Fixture<B extends Backend> {
+  readonly backend: B;
+  readonly clock: ManualClock;
+  readonly lease: number;
+  readonly ttl: number;
+  /** Lets `ms` of store time pass. */
+  elapse(ms: number): Promise<void>;
+  claim(key: string, token?: string, extra?: { fingerprint?: string; leaseMs?: number; ttlMs?: number }): Promise<ClaimOutcome>;
+  won(key: string, token?: string): Promise<Claim>;
+  make(namespace?: string): Promise<B>;
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+function expectWon(outcome: ClaimOutcome): Claim {
+  assert.equal(outcome.kind, "won", `expected won, got ${JSON.stringify(outcome)}`);
+  return (outcome as Extract<ClaimOutcome, { kind: "won" }>).claim;
+}
+
+function expectKind<K extends ClaimOutcome["kind"]>(outcome: ClaimOutcome, kind: K): Extract<ClaimOutcome, { kind: K }> {
+  assert.equal(outcome.kind, kind, `expected ${kind}, got ${JSON.stringify(outcome)}`);
+  return outcome as Extract<ClaimOutcome, { kind: K }>;
+}
+
+/** Registers the contract tests for one backend. */
+export function backendContract<B extends Backend>(runner: TestRunner, options: BackendContractOptions<B>): void {
+  const { describe, it } = runner;
+  const manual = options.time === "manual";
+  const lease = manual ? 10_000 : (options.serverLeaseMs ?? 300);
+  const ttl = manual ? 60_000 : lease * 2;
+  const concurrency = options.concurrency ?? 50;
+  const timeout = manual ? 20_000 : 20_000 + lease * 20;
+
+  const test = (name: string, body: (f: Fixture<B>) => Promise<void>) =>
+    it(
+      name,
+      async () => {
+        const clock = new ManualClock(Date.now());
+        const made: B[] = [];
+        const base = `c${randomUUID().slice(0, 8)}`;
+        const make = async (namespace = base) => {
+          const backend = await options.create({ namespace, clock });
+          made.push(backend);
+          return backend;
+        };
+        const backend = await make();
+        const f: Fixture<B> = {
+          backend,
+          clock,
+          lease,
+          ttl,
+          elapse: (ms) => (manual ? clock.advance(ms) : sleep(ms)),
+          claim: (key, token = newToken(), extra = {}) =>
+            backend.claim(key, {
+              leaseMs: extra.leaseMs ?? lease,
+              ttlMs: extra.ttlMs ?? ttl,
+              token,
+              fingerprint: extra.fingerprint,
+            }),
+          won: async (key, token) => expectWon(await f.claim(key, token)),
+          make,
+        };
+        try {
+          await body(f);
+        } finally {
+          for (const b of made) await (options.destroy ? options.destroy(b) : b.close?.());
+        }
+      },
+      timeout,
+    );
+
+  const key = () => `k-${randomUUID()}`;
+
+  describe(`${options.name} backend contract (SPEC §2)`, () => {
+    test("absent → claim wins with fence 1", async (f) => {
+      const k = key();
+      const outcome = await f.claim(k);
+      const claim = expectWon(outcome);
+      assert.equal(claim.fence, 1);
+      assert.equal(claim.key, k);
+      assert.equal(claim.reclaimed, false);
+      assert.equal((outcome as { via: string }).via, "absent");
+      const record = await f.backend.get(k);
+      assert.ok(record, "the claimed record is readable");
+      assert.equal(record.state, "claimed");
+      assert.equal(record.fence, 1);
+      assert.equal(record.token, claim.token);
+    });
+
+    test("claimed + the same token (a retried claim) → won re-affirmed, no fence bump", async (f) => {
+      const k = key();
+      const token = newToken();
+      const first = await f.won(k, token);
+      const again = await f.claim(k, token);
+      const claim = expectWon(again);
+      assert.equal(claim.fence, first.fence);
+      assert.equal((again as { via: string }).via, "reaffirmed");
+      assert.equal((await f.backend.get(k))?.fence, first.fence);
+      expectKind(await f.claim(k), "held");
+    });
+
+    test("claimed + live lease → held, with the fence and time left", async (f) => {
+      const k = key();
+      await f.won(k, undefined);
+      const held = expectKind(await f.claim(k), "held");
+      assert.equal(held.fence, 1);
+      assert.ok(held.remainingMs > 0 && held.remainingMs <= f.lease, `remainingMs ${held.remainingMs}`);
+    });
+
+    test("claimed + lapsed lease (holder crashed) → won reclaimed, fence + 1", async (f) => {
+      const k = key();
+      await f.won(k);
+      await f.elapse(f.lease + 20);
+      const claim = expectWon(await f.claim(k));
+      assert.equal(claim.fence, 2);
+      assert.equal(claim.reclaimed, true);
+    });
+
+    test("claimed + complete with the matching fence → done, even after the lease lapsed", async (f) => {
+      const k = key();
+      const claim = await f.won(k);
+      await f.elapse(f.lease + 20);
+      assert.equal(await f.backend.complete(claim, { ttlMs: f.ttl }), true);
+      const record = await f.backend.get(k);
+      assert.equal(record?.state, "done");
+      assert.equal(record?.fence, 1);
+      expectKind(await f.claim(k), "done");
+    });
+
+    test("claimed + complete with a stale fence → false, record unchanged", async (f) => {
+      const k = key();
+      const claim = await f.won(k);
+      assert.equal(await f.backend.complete({ ...claim, fence: claim.fence + 7 }, { ttlMs: f.ttl }), false);
+      const record = await f.backend.get(k);
+      assert.equal(record?.state, "claimed");
+      assert.equal(record?.fence, claim.fence);
+    });
+
+    test("claimed + release → lease expires now, fence + 1; the released claim can never complete", async (f) => {
+      const k = key();
+      const claim = await f.won(k);
+      assert.equal(await f.backend.release(claim), true);
+      const record = await f.backend.get(k);
+      assert.equal(record?.state, "claimed");
+      assert.equal(record?.fence, 2, "release advances the fence");
+      assert.equal(await f.backend.complete(claim, { ttlMs: f.ttl }), false);
+      assert.equal(await f.backend.release(claim), false);
+      const next = expectWon(await f.claim(k));
+      assert.equal(next.fence, 3, "a new claimant never shares a fence with the released one");
+      assert.equal(await f.backend.complete(next, { ttlMs: f.ttl }), true);
+    });
+
+    test("claimed + renew → lease extended, the key stays held past the first lease", async (f) => {
+      const k = key();
+      const claim = await f.won(k);
+      await f.elapse(Math.floor(f.lease * 0.7));
+      assert.equal(await f.backend.renew(claim, f.lease), true);
+      await f.elapse(Math.floor(f.lease * 0.7));
+      expectKind(await f.claim(k), "held");
+      assert.equal(await f.backend.complete(claim, { ttlMs: f.ttl }), true);
+    });
+
+    test("done + complete retried with the same fence → true (a lost response)", async (f) => {
+      const k = key();
+      const claim = await f.won(k);
+      const result = Uint8Array.of(1, 2, 3);
+      assert.equal(await f.backend.complete(claim, { ttlMs: f.ttl, result }), true);
+      assert.equal(await f.backend.complete(claim, { ttlMs: f.ttl, result }), true);
+      assert.equal((await f.backend.get(k))?.state, "done");
+    });
+
+    test("done + claim before expiry → done, with result, fingerprint and times", async (f) => {
+      const k = key();
+      const claim = expectWon(await f.claim(k, newToken(), { fingerprint: "fp-1" }));
+      const result = Uint8Array.of(0, 255, 0, 10, 13, 0x80, 7);
+      assert.equal(await f.backend.complete(claim, { ttlMs: f.ttl, result }), true);
+      const done = expectKind(await f.claim(k), "done");
+      assert.equal(done.fingerprint, "fp-1");
+      assert.equal(done.fence, claim.fence);
+      assert.deepEqual(done.result && Array.from(done.result), Array.from(result), "results are binary-safe");
+      assert.ok(done.expiresAt > done.completedAt);
+      assert.ok(done.expiresAt - done.completedAt <= f.ttl + 1000);
+    });
+
+    test("done + claim at/after expiry → won, fence + 1", async (f) => {
+      const k = key();
+      const claim = await f.won(k);
+      assert.equal(await f.backend.complete(claim, { ttlMs: f.ttl }), true);
+      await f.elapse(f.ttl + 20);
+      assert.equal(await f.backend.get(k), undefined, "an expired record reads as absent");
+      const again = expectWon(await f.claim(k));
+      assert.ok(again.fence > claim.fence, `fence ${again.fence} must rise above ${claim.fence}`);
+    });
+
+    test("a claimed record is retained until leaseUntil + ttl, then the key is new again", async (f) => {
+      const k = key();
+      const claim = await f.won(k);
+      await f.elapse(f.lease + 20);
+      assert.ok(await f.backend.get(k), "a lapsed claim is still retained");
+      await f.elapse(f.ttl);
+      assert.equal(await f.backend.get(k), undefined);
+      const again = expectWon(await f.claim(k));
+      assert.ok(again.fence >= 1);
+      void claim;
+    });
+
+    test("stale complete/release/renew on any record → false, nothing changes", async (f) => {
+      const k = key();
+      const claim = await f.won(k);
+      const stale = { ...claim, fence: claim.fence - 1 };
+      assert.equal(await f.backend.complete(stale, { ttlMs: f.ttl }), false);
+      assert.equal(await f.backend.release(stale), false);
+      assert.equal(await f.backend.renew(stale, f.lease), false);
+      assert.equal(await f.backend.complete(claim, { ttlMs: f.ttl }), true);
+      assert.equal(await f.backend.release(claim), false, "a done record cannot be released");
+      assert.equal(await f.backend.renew(claim, f.lease), false, "a done record cannot be renewed");
+      assert.equal(await f.backend.complete(stale, { ttlMs: f.ttl }), false);
+      const absent = { ...claim, key: key() };
+      assert.equal(await f.backend.complete(absent, { ttlMs: f.ttl }), false);
+      assert.equal(await f.backend.release(absent), false);
+      assert.equal(await f.backend.renew(absent, f.lease), false);
+      const record = await f.backend.get(k);
+      assert.equal(record?.state, "done");
+      assert.equal(record?.fence, claim.fence);
+      assert.equal(await f.backend.get(absent.key), undefined);
+    });
+
+    test(`${concurrency} concurrent claims on one new key → exactly one wins`, async (f) => {
+      const k = key();
+      const outcomes = await Promise.all(Array.from({ length: concurrency }, () => f.claim(k)));
+      assert.equal(outcomes.filter((o) => o.kind === "won").length, 1);
+      assert.equal(outcomes.filter((o) => o.kind === "held").length, concurrency - 1);
+    });
+
+    test(`${concurrency} concurrent reclaims of one lapsed lease → exactly one wins`, async (f) => {
+      const k = key();
+      await f.won(k);
+      await f.elapse(f.lease + 20);
+      const outcomes = await Promise.all(Array.from({ length: concurrency }, () => f.claim(k)));
+      const winners = outcomes.filter((o) => o.kind === "won");
+      assert.equal(winners.length, 1);
+      assert.equal(expectWon(winners[0] as ClaimOutcome).fence, 2);
+    });
+
+    test("zombie: after a reclaim the old holder's complete, release and renew are fenced out", async (f) => {
+      const k = key();
+      const zombie = await f.won(k);
+      await f.elapse(f.lease + 20);
+      const successor = await f.won(k);
+      assert.equal(await f.backend.renew(zombie, f.lease), false);
+      assert.equal(await f.backend.complete(zombie, { ttlMs: f.ttl }), false);
+      assert.equal(await f.backend.release(zombie), false);
+      assert.equal((await f.backend.get(k))?.fence, successor.fence);
+      assert.equal(await f.backend.complete(successor, { ttlMs: f.ttl }), true);
+      assert.equal(await f.backend.complete(zombie, { ttlMs: f.ttl }), false, "a zombie never completes over done");
+    });
+
+    test("mutex cycles release every turn and never reach done", async (f) => {
+      const k = key();
+      const fences: number[] = [];
+      for (let i = 0; i < 5; i++) {
+        await mutex(
+          k,
+          async ({ fence }) => {
+            fences.push(fence);
+            assert.equal((await f.backend.get(k))?.state, "claimed");
+          },
+          { backend: f.backend, leaseMs: f.lease, ttlMs: f.ttl, heartbeat: false, clock: f.clock },
+        );
+        assert.equal((await f.backend.get(k))?.state, "claimed", "a mutex never completes");
+      }
+      for (let i = 1; i < fences.length; i++) assert.ok((fences[i] as number) > (fences[i - 1] as number));
+    });
+
+    test("ttl: a done record lives ttl from completion, not from the claim", async (f) => {
+      const k = key();
+      const claim = await f.won(k);
+      await f.elapse(Math.floor(f.ttl / 2));
+      assert.equal(await f.backend.complete(claim, { ttlMs: f.ttl }), true);
+      await f.elapse(Math.floor(f.ttl / 2) + 20);
+      expectKind(await f.claim(k), "done");
+      await f.elapse(Math.ceil(f.ttl / 2));
+      expectWon(await f.claim(k));
+    });
+
+    test("a corrupt stored value is treated as absent and overwritten by the next claim", async (f) => {
+      const k = key();
+      const claim = await f.won(k);
+      assert.equal(await f.backend.complete(claim, { ttlMs: f.ttl }), true);
+      await options.corrupt(f.backend, k);
+      assert.equal(await f.backend.get(k), undefined, "get does not throw on a corrupt record");
+      const outcome = await f.claim(k);
+      const next = expectWon(outcome);
+      assert.equal((outcome as { via: string }).via, "corrupt");
+      assert.equal(await f.backend.complete(next, { ttlMs: f.ttl }), true);
+      assert.equal((await f.backend.get(k))?.state, "done");
+    });
+
+    test("namespaces sharing one store are isolated", async (f) => {
+      const k = key();
+      const other = await f.make(`o${randomUUID().slice(0, 8)}`);
+      const mine = await f.won(k);
+      const theirs = expectWon(
+        await other.claim(k, { leaseMs: f.lease, ttlMs: f.ttl, token: newToken(), fingerprint: undefined }),
+      );
+      assert.equal(theirs.fence, 1);
+      assert.equal(await f.backend.complete(mine, { ttlMs: f.ttl }), true);
+      assert.equal((await other.get(k))?.state, "claimed");
+      assert.equal(await other.release(theirs), true);
+      assert.equal((await f.backend.get(k))?.state, "done");
+    });
+
+    test("a fingerprint is stored with the claim and reported to held and done callers", async (f) => {
+      const k = key();
+      const claim = expectWon(await f.claim(k, newToken(), { fingerprint: "sha256:abc" }));
+      assert.equal(expectKind(await f.claim(k), "held").fingerprint, "sha256:abc");
+      assert.equal((await f.backend.get(k))?.fingerprint, "sha256:abc");
+      assert.equal(await f.backend.complete(claim, { ttlMs: f.ttl }), true);
+      assert.equal(expectKind(await f.claim(k), "done").fingerprint, "sha256:abc");
+    });
+
+    test("get: absent key → undefined", async (f) => {
+      assert.equal(await f.backend.get(key()), undefined);
+    });
+
+    test("purgeExpired removes expired records and keeps live ones", async (f) => {
+      if (f.backend.purgeExpired === undefined) return;
+      const old = key();
+      const live = key();
+      const claim = await f.won(old);
+      assert.equal(await f.backend.complete(claim, { ttlMs: 50 }), true);
+      await f.elapse(100);
+      await f.won(live);
+      assert.ok((await f.backend.purgeExpired()) >= 1);
+      assert.equal(await f.backend.get(old), undefined);
+      assert.equal((await f.backend.get(live))?.state, "claimed");
+    });
+
+    test("waitForChange wakes a waiter when the record changes", async (f) => {
+      if (f.backend.waitForChange === undefined || !f.backend.capabilities.notifications) return;
+      const k = key();
+      const claim = await f.won(k);
+      let woke = false;
+      const waiting = f.backend.waitForChange(k, 60_000).then(() => {
+        woke = true;
+      });
+      await sleep(20);
+      assert.equal(woke, false);
+      assert.equal(await f.backend.complete(claim, { ttlMs: f.ttl }), true);
+      await Promise.race([waiting, sleep(5_000)]);
+      assert.equal(woke, true, "the waiter woke well before its timeout");
+    });
+
+    if (options.time === "server") {
+      test("server clock: a client clock hours off changes nothing", async (f) => {
+        f.clock.set(Date.now() + 5 * 3600_000);
+        const skewed = await f.make(`s${randomUUID().slice(0, 8)}`);
+        const k = key();
+        const claimOptions = { leaseMs: f.lease, ttlMs: f.ttl, fingerprint: undefined };
+        expectWon(await skewed.claim(k, { ...claimOptions, token: newToken() }));
+        expectKind(await skewed.claim(k, { ...claimOptions, token: newToken() }), "held");
+        await sleep(f.lease + 50);
+        expectWon(await skewed.claim(k, { ...claimOptions, token: newToken() }));
+      });
+    }
+  });
+}

@@ -1,0 +1,17 @@
+import { describe, it } from "vitest";
+import { MemoryBackend } from "../../src/index.js";
+import { backendContract } from "../../src/testing/index.js";
+
+const shared = new Map<string, unknown>();
+
+backendContract(
+  { describe, it },
+  {
+    name: "memory",
+    time: "manual",
+    create: ({ namespace, clock }) => new MemoryBackend({ namespace, clock, map: shared }),
+    corrupt: async (_backend, key) => {
+      for (const id of shared.keys()) if (id.endsWith(`:${key}`)) shared.set(id, { state: "garbage", fence: "x" });
+    },
+  },
+);
