@@ -125,6 +125,11 @@ export interface Backend {
   renew(claim: Claim, leaseMs: number): Promise<boolean>;
   /** The live record under `key`, or undefined when absent, expired or corrupt. */
   get(key: string): Promise<StoredRecord | undefined>;
+  /**
+   * Optional batch claim (capability `batchClaim`): decides many keys in one round trip, each exactly
+   * as `claim` would; outcomes in request order.
+   */
+  claimMany?(requests: ReadonlyArray<{ readonly key: string; readonly options: ClaimOptions }>): Promise<ClaimOutcome[]>;
   delete?(key: string): Promise<boolean>;
   /** Physically deletes expired records; returns how many. Correctness never depends on it. */
   purgeExpired?(): Promise<number>;

@@ -1,0 +1,2 @@
+// The Redis backend (issue 4) lands here.
+export {};
