@@ -23,7 +23,14 @@ export {
   ResultUnavailableError,
   StorageError,
 } from "./core/errors.js";
-export { consoleLogger, EventType, hashKey, type Logger, type OncelyEvent, silentLogger } from "./core/events.js";
+export {
+  consoleLogger,
+  EventType,
+  hashKey,
+  type Logger,
+  type OncelyEvent,
+  silentLogger,
+} from "./core/events.js";
 export {
   type Backend,
   type BackendCapabilities,

@@ -9,7 +9,9 @@ const NAMESPACE = /^[A-Za-z0-9_.-]{1,64}$/;
 export function validateNamespace(backend: string, namespace: string | undefined): string | undefined {
   if (namespace === undefined) return undefined;
   if (!NAMESPACE.test(namespace)) {
-    throw new ConfigurationError(`namespace must match ${NAMESPACE}, got ${JSON.stringify(namespace)}`, { backend });
+    throw new ConfigurationError(`namespace must match ${NAMESPACE}, got ${JSON.stringify(namespace)}`, {
+      backend,
+    });
   }
   return namespace;
 }
@@ -24,7 +26,9 @@ const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
 /** Checks a table (or collection) name before it is placed into a statement: no quoting games. */
 export function validateIdentifier(backend: string, what: string, name: string): string {
   if (!IDENTIFIER.test(name)) {
-    throw new ConfigurationError(`${what} must match ${IDENTIFIER}, got ${JSON.stringify(name)}`, { backend });
+    throw new ConfigurationError(`${what} must match ${IDENTIFIER}, got ${JSON.stringify(name)}`, {
+      backend,
+    });
   }
   return name;
 }

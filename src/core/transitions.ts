@@ -30,7 +30,12 @@ export interface Plan<T> {
  * lapsed lease → won (fence + 1); done before expiry → done; anything past expiry or corrupt → won
  * (fence continues above the old one).
  */
-export function planClaim(observed: Observed, key: string, now: number, options: ClaimOptions): Plan<ClaimOutcome> {
+export function planClaim(
+  observed: Observed,
+  key: string,
+  now: number,
+  options: ClaimOptions,
+): Plan<ClaimOutcome> {
   const win = (fence: number, via: ClaimVia, previous?: StoredRecord): Plan<ClaimOutcome> => {
     const leaseUntil = now + options.leaseMs;
     const claim: Claim = {
@@ -87,8 +92,14 @@ export function planClaim(observed: Observed, key: string, now: number, options:
 }
 
 /** complete: fence matches → done (a done record with the same fence answers true again); else false. */
-export function planComplete(observed: Observed, claim: Claim, now: number, options: CompleteOptions): Plan<boolean> {
-  if (observed === undefined || isCorrupt(observed) || observed.fence !== claim.fence) return { outcome: false };
+export function planComplete(
+  observed: Observed,
+  claim: Claim,
+  now: number,
+  options: CompleteOptions,
+): Plan<boolean> {
+  if (observed === undefined || isCorrupt(observed) || observed.fence !== claim.fence)
+    return { outcome: false };
   if (observed.state === "done") return { outcome: true };
   return {
     outcome: true,
@@ -107,7 +118,13 @@ export function planRelease(observed: Observed, claim: Claim, now: number): Plan
   if (!isLiveClaim(observed, claim)) return { outcome: false };
   return {
     outcome: true,
-    write: { ...observed, fence: observed.fence + 1, token: "", leaseUntil: now, expiresAt: now + claim.ttlMs },
+    write: {
+      ...observed,
+      fence: observed.fence + 1,
+      token: "",
+      leaseUntil: now,
+      expiresAt: now + claim.ttlMs,
+    },
   };
 }
 
@@ -120,7 +137,10 @@ export function planRenew(observed: Observed, claim: Claim, now: number, leaseMs
 
 function isLiveClaim(observed: Observed, claim: Claim): observed is StoredRecord {
   return (
-    observed !== undefined && !isCorrupt(observed) && observed.state === "claimed" && observed.fence === claim.fence
+    observed !== undefined &&
+    !isCorrupt(observed) &&
+    observed.state === "claimed" &&
+    observed.fence === claim.fence
   );
 }
 
@@ -131,7 +151,8 @@ export function visible(observed: Observed, now: number): StoredRecord | undefin
 }
 
 const isInt = (value: unknown): value is number => typeof value === "number" && Number.isSafeInteger(value);
-const isOptional = (value: unknown, check: (v: unknown) => boolean) => value === undefined || value === null || check(value);
+const isOptional = (value: unknown, check: (v: unknown) => boolean) =>
+  value === undefined || value === null || check(value);
 
 /**
  * Checks a value read back from a store against the record model. Anything that does not fit is a

@@ -129,7 +129,9 @@ export interface Backend {
    * Optional batch claim (capability `batchClaim`): decides many keys in one round trip, each exactly
    * as `claim` would; outcomes in request order.
    */
-  claimMany?(requests: ReadonlyArray<{ readonly key: string; readonly options: ClaimOptions }>): Promise<ClaimOutcome[]>;
+  claimMany?(
+    requests: ReadonlyArray<{ readonly key: string; readonly options: ClaimOptions }>,
+  ): Promise<ClaimOutcome[]>;
   delete?(key: string): Promise<boolean>;
   /** Physically deletes expired records; returns how many. Correctness never depends on it. */
   purgeExpired?(): Promise<number>;

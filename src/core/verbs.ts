@@ -156,7 +156,13 @@ function resolve(key: unknown, options: GuardOptions): Resolved {
   const started = clock.now();
   const keyHash = hashKey(key);
   const emit = (type: EventType, fields: Partial<OncelyEvent> = {}) => {
-    const event: OncelyEvent = { type, keyHash, backend: backend.name, latencyMs: clock.now() - started, ...fields };
+    const event: OncelyEvent = {
+      type,
+      keyHash,
+      backend: backend.name,
+      latencyMs: clock.now() - started,
+      ...fields,
+    };
     logger.debug?.({ ...event }, `[oncely] ${type}`);
     callHook(logger, "onEvent", options.onEvent, event);
   };
@@ -179,7 +185,9 @@ export function validateKey(key: unknown): asserts key is string {
   if (key.length === 0) throw new InvalidKeyError("key must not be empty");
   const bytes = Buffer.byteLength(key, "utf8");
   if (bytes > MAX_KEY_BYTES) {
-    throw new InvalidKeyError(`key is ${bytes} bytes; the limit is ${MAX_KEY_BYTES} (hash long business keys)`);
+    throw new InvalidKeyError(
+      `key is ${bytes} bytes; the limit is ${MAX_KEY_BYTES} (hash long business keys)`,
+    );
   }
 }
 
@@ -191,7 +199,12 @@ export function newToken(): string {
 const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** Runs a store call, retrying `StorageError`s; every driver failure surfaces as `StorageError`. */
-async function withRetries<T>(r: Resolved, operation: string, key: string, call: () => Promise<T>): Promise<T> {
+async function withRetries<T>(
+  r: Resolved,
+  operation: string,
+  key: string,
+  call: () => Promise<T>,
+): Promise<T> {
   for (let attempt = 0; ; attempt++) {
     try {
       return await call();
@@ -231,7 +244,11 @@ function checkFingerprint(r: Resolved, key: string, stored: string | undefined, 
   throw new ConflictError("key reused with a different payload", { key, fence, backend: r.backend.name });
 }
 
-function inProgress(r: Resolved, key: string, outcome: Extract<ClaimOutcome, { kind: "held" }>): InProgressError {
+function inProgress(
+  r: Resolved,
+  key: string,
+  outcome: Extract<ClaimOutcome, { kind: "held" }>,
+): InProgressError {
   r.emit(EventType.InProgress, { fence: outcome.fence });
   return new InProgressError(`key is being processed by another holder (fence ${outcome.fence})`, {
     key,
@@ -263,7 +280,10 @@ class Heartbeat {
 
   #schedule(): void {
     if (this.#stopped) return;
-    this.#timer = this.#r.clock.setTimeout(() => void this.#beat(), Math.max(1, Math.floor(this.#r.leaseMs / 3)));
+    this.#timer = this.#r.clock.setTimeout(
+      () => void this.#beat(),
+      Math.max(1, Math.floor(this.#r.leaseMs / 3)),
+    );
   }
 
   async #beat(): Promise<void> {
@@ -282,7 +302,9 @@ class Heartbeat {
       if (this.#stopped) return;
       this.#r.emit(EventType.StorageError, { fence: this.#claim.fence, error: cause, detail: "renew" });
       if (clock.now() - this.#lastRenewed >= leaseMs) {
-        this.#lose(new LeaseLostError("claim lost: renewals failed for longer than the lease", { ...fields, cause }));
+        this.#lose(
+          new LeaseLostError("claim lost: renewals failed for longer than the lease", { ...fields, cause }),
+        );
       } else {
         this.#schedule();
       }
@@ -377,7 +399,10 @@ export async function lock<T>(key: string, work: Work<T>, options: LockOptions<T
     throw error;
   }
 
-  const packed = codec === false ? undefined : packResult(value, codec, options.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES);
+  const packed =
+    codec === false
+      ? undefined
+      : packResult(value, codec, options.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES);
   if (packed?.omitted !== undefined) {
     r.logger.warn(
       { backend: r.backend.name, fence: claim.fence, reason: packed.omitted },
@@ -390,7 +415,13 @@ export async function lock<T>(key: string, work: Work<T>, options: LockOptions<T
     );
     if (completed) {
       r.emit(EventType.Completed, { fence: claim.fence });
-      return { kind: "ran", value, fence: claim.fence, committed: true, resultStored: packed?.omitted === undefined && packed !== undefined };
+      return {
+        kind: "ran",
+        value,
+        fence: claim.fence,
+        committed: true,
+        resultStored: packed?.omitted === undefined && packed !== undefined,
+      };
     }
     r.emit(EventType.FencedOut, { fence: claim.fence, detail: "complete" });
     r.logger.error(
@@ -417,7 +448,8 @@ export async function lock<T>(key: string, work: Work<T>, options: LockOptions<T
 export async function mutex<T>(key: string, work: Work<T>, options: MutexOptions): Promise<T> {
   const r = resolve(key, options);
   const wait = options.wait ?? 0;
-  if (!Number.isFinite(wait) || wait < 0) throw new ConfigurationError(`wait must be >= 0, got ${wait}`, { key });
+  if (!Number.isFinite(wait) || wait < 0)
+    throw new ConfigurationError(`wait must be >= 0, got ${wait}`, { key });
   const deadline = r.clock.now() + wait;
   let delay = 10;
   let claim: Claim;
@@ -430,13 +462,16 @@ export async function mutex<T>(key: string, work: Work<T>, options: MutexOptions
     }
     if (outcome.kind === "done") {
       r.emit(EventType.InProgress, { fence: outcome.fence, detail: "done" });
-      throw new InProgressError("mutex refused: the key was completed by lock and is not free until it expires", {
-        key,
-        fence: outcome.fence,
-        backend: r.backend.name,
-        retryAfterMs: Math.max(1, outcome.expiresAt - outcome.completedAt),
-        reason: "done",
-      });
+      throw new InProgressError(
+        "mutex refused: the key was completed by lock and is not free until it expires",
+        {
+          key,
+          fence: outcome.fence,
+          backend: r.backend.name,
+          retryAfterMs: Math.max(1, outcome.expiresAt - outcome.completedAt),
+          reason: "done",
+        },
+      );
     }
     const remaining = deadline - r.clock.now();
     if (remaining <= 0) throw inProgress(r, key, outcome);
@@ -491,12 +526,14 @@ export function makeIdempotent<A extends unknown[], T>(
     const outcome = await lock(key, () => fn(...args), lockOptions);
     if (outcome.kind === "ran") return outcome.value;
     if (outcome.result.available) return outcome.result.value;
-    throw new ResultUnavailableError(`duplicate call, but the first result is unavailable (${outcome.result.reason})`, {
-      key,
-      fence: outcome.fence,
-      backend: options.backend.name,
-      reason: outcome.result.reason,
-    });
+    throw new ResultUnavailableError(
+      `duplicate call, but the first result is unavailable (${outcome.result.reason})`,
+      {
+        key,
+        fence: outcome.fence,
+        backend: options.backend.name,
+        reason: outcome.result.reason,
+      },
+    );
   };
 }
-

@@ -60,7 +60,11 @@ interface Fixture<B extends Backend> {
   readonly ttl: number;
   /** Lets `ms` of store time pass. */
   elapse(ms: number): Promise<void>;
-  claim(key: string, token?: string, extra?: { fingerprint?: string; leaseMs?: number; ttlMs?: number }): Promise<ClaimOutcome>;
+  claim(
+    key: string,
+    token?: string,
+    extra?: { fingerprint?: string; leaseMs?: number; ttlMs?: number },
+  ): Promise<ClaimOutcome>;
   won(key: string, token?: string): Promise<Claim>;
   make(namespace?: string): Promise<B>;
 }
@@ -72,13 +76,19 @@ function expectWon(outcome: ClaimOutcome): Claim {
   return (outcome as Extract<ClaimOutcome, { kind: "won" }>).claim;
 }
 
-function expectKind<K extends ClaimOutcome["kind"]>(outcome: ClaimOutcome, kind: K): Extract<ClaimOutcome, { kind: K }> {
+function expectKind<K extends ClaimOutcome["kind"]>(
+  outcome: ClaimOutcome,
+  kind: K,
+): Extract<ClaimOutcome, { kind: K }> {
   assert.equal(outcome.kind, kind, `expected ${kind}, got ${JSON.stringify(outcome)}`);
   return outcome as Extract<ClaimOutcome, { kind: K }>;
 }
 
 /** Registers the contract tests for one backend. */
-export function backendContract<B extends Backend>(runner: TestRunner, options: BackendContractOptions<B>): void {
+export function backendContract<B extends Backend>(
+  runner: TestRunner,
+  options: BackendContractOptions<B>,
+): void {
   const { describe, it } = runner;
   const manual = options.time === "manual";
   const lease = manual ? 10_000 : (options.serverLeaseMs ?? 300);
@@ -307,7 +317,11 @@ export function backendContract<B extends Backend>(runner: TestRunner, options: 
       assert.equal(await f.backend.release(zombie), false);
       assert.equal((await f.backend.get(k))?.fence, successor.fence);
       assert.equal(await f.backend.complete(successor, { ttlMs: f.ttl }), true);
-      assert.equal(await f.backend.complete(zombie, { ttlMs: f.ttl }), false, "a zombie never completes over done");
+      assert.equal(
+        await f.backend.complete(zombie, { ttlMs: f.ttl }),
+        false,
+        "a zombie never completes over done",
+      );
     });
 
     test("mutex cycles release every turn and never reach done", async (f) => {

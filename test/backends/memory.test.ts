@@ -11,7 +11,8 @@ backendContract(
     time: "manual",
     create: ({ namespace, clock }) => new MemoryBackend({ namespace, clock, map: shared }),
     corrupt: async (_backend, key) => {
-      for (const id of shared.keys()) if (id.endsWith(`:${key}`)) shared.set(id, { state: "garbage", fence: "x" });
+      for (const id of shared.keys())
+        if (id.endsWith(`:${key}`)) shared.set(id, { state: "garbage", fence: "x" });
     },
   },
 );

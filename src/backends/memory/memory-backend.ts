@@ -85,11 +85,14 @@ export class MemoryBackend implements Backend {
     if (!this.#map.has(id) && this.#map.size >= this.#maxSize) {
       this.#dropExpired(now);
       if (this.#map.size >= this.#maxSize) {
-        throw new StorageError(`claim refused: the memory backend holds its maximum of ${this.#maxSize} records`, {
-          backend: this.name,
-          operation: "claim",
-          key,
-        });
+        throw new StorageError(
+          `claim refused: the memory backend holds its maximum of ${this.#maxSize} records`,
+          {
+            backend: this.name,
+            operation: "claim",
+            key,
+          },
+        );
       }
     }
     const plan = planClaim(this.#read(id), key, now, options);
@@ -180,5 +183,7 @@ export class MemoryBackend implements Backend {
 }
 
 function copyOutcome(outcome: ClaimOutcome): ClaimOutcome {
-  return outcome.kind === "done" && outcome.result !== undefined ? { ...outcome, result: outcome.result.slice() } : outcome;
+  return outcome.kind === "done" && outcome.result !== undefined
+    ? { ...outcome, result: outcome.result.slice() }
+    : outcome;
 }

@@ -99,7 +99,10 @@ export class SqliteBackend implements Backend {
   #opening: Promise<void> | undefined;
 
   constructor(options: SqliteBackendOptions) {
-    if (options === undefined || (typeof options.database !== "string" && typeof options.database?.prepare !== "function")) {
+    if (
+      options === undefined ||
+      (typeof options.database !== "string" && typeof options.database?.prepare !== "function")
+    ) {
       throw new ConfigurationError("options.database must be a better-sqlite3 Database or a file path", {
         backend: "sqlite",
       });
@@ -131,10 +134,13 @@ export class SqliteBackend implements Backend {
         Driver = (loaded.default ?? loaded) as new (filename: string) => SqliteDatabaseLike;
       } catch (cause) {
         this.#opening = undefined;
-        throw new ConfigurationError("the sqlite backend needs the optional peer dependency better-sqlite3@12", {
-          backend: this.name,
-          cause,
-        });
+        throw new ConfigurationError(
+          "the sqlite backend needs the optional peer dependency better-sqlite3@12",
+          {
+            backend: this.name,
+            cause,
+          },
+        );
       }
       try {
         db = new Driver(database);
@@ -206,7 +212,11 @@ export class SqliteBackend implements Backend {
   }
 
   /** One immediate transaction: read the row, decide by the §2 table, write the decision back. */
-  async #transition<T>(operation: string, key: string, decide: (observed: Observed, now: number) => Plan<T>): Promise<T> {
+  async #transition<T>(
+    operation: string,
+    key: string,
+    decide: (observed: Observed, now: number) => Plan<T>,
+  ): Promise<T> {
     const statements = await this.#ready();
     const db = this.#db as SqliteDatabaseLike;
     try {
@@ -223,7 +233,9 @@ export class SqliteBackend implements Backend {
             w.leaseUntil,
             w.expiresAt,
             w.fingerprint ?? null,
-            w.result === undefined ? null : Buffer.from(w.result.buffer, w.result.byteOffset, w.result.byteLength),
+            w.result === undefined
+              ? null
+              : Buffer.from(w.result.buffer, w.result.byteOffset, w.result.byteLength),
             w.claimedAt,
             w.completedAt ?? null,
           );
@@ -245,7 +257,9 @@ export class SqliteBackend implements Backend {
   }
 
   complete(claim: Claim, options: CompleteOptions): Promise<boolean> {
-    return this.#transition("complete", claim.key, (observed, now) => planComplete(observed, claim, now, options));
+    return this.#transition("complete", claim.key, (observed, now) =>
+      planComplete(observed, claim, now, options),
+    );
   }
 
   release(claim: Claim): Promise<boolean> {
