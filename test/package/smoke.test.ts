@@ -1,0 +1,77 @@
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+const root = fileURLToPath(new URL("../..", import.meta.url));
+const dir = mkdtempSync(join(tmpdir(), "oncely-pack-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const node = (file: string) => execFileSync(process.execPath, [file], { cwd: dir, encoding: "utf8" });
+
+const script = (load: string) => `
+${load}
+const backend = new MemoryBackend();
+let runs = 0;
+const first = await lock("order-1", async () => ++runs, { backend });
+const again = await lock("order-1", async () => ++runs, { backend });
+let sqliteError = "";
+try {
+  await new SqliteBackend({ database: "x.db" }).get("k");
+} catch (error) {
+  sqliteError = error.name + ": " + error.message;
+}
+console.log(JSON.stringify({ first: first.kind, again: again.kind, runs, contract: typeof backendContract, sqliteError }));
+`;
+
+describe("the packed package, installed in an empty project", () => {
+  beforeAll(() => {
+    const packed = execFileSync("npm", ["pack", "--silent", "--pack-destination", dir], {
+      cwd: root,
+      encoding: "utf8",
+    });
+    const tarball = packed.trim().split("\n").pop() as string;
+    writeFileSync(join(dir, "package.json"), JSON.stringify({ name: "consumer", private: true }));
+    execFileSync("npm", ["install", "--no-audit", "--no-fund", "--offline", join(dir, tarball)], {
+      cwd: dir,
+      stdio: "ignore",
+    });
+    expect(readdirSync(join(dir, "node_modules", "oncely", "dist"))).toContain("index.cjs");
+  }, 120_000);
+
+  it("imports through the exports map in ESM", () => {
+    writeFileSync(
+      join(dir, "esm.mjs"),
+      script(`import { lock, MemoryBackend } from "oncely";
+import { SqliteBackend } from "oncely/sqlite";
+import { backendContract } from "oncely/testing";`),
+    );
+    const out = JSON.parse(node("esm.mjs"));
+    expect(out).toMatchObject({ first: "ran", again: "duplicate", runs: 1, contract: "function" });
+    expect(out.sqliteError).toMatch(/^ConfigurationError: \[oncely\] \[sqlite\] .*better-sqlite3/);
+  });
+
+  it("requires through the exports map in CJS", () => {
+    writeFileSync(
+      join(dir, "cjs.cjs"),
+      `(async () => {
+${script(`const { lock, MemoryBackend } = require("oncely");
+const { SqliteBackend } = require("oncely/sqlite");
+const { backendContract } = require("oncely/testing");`)}
+})();`,
+    );
+    const out = JSON.parse(node("cjs.cjs"));
+    expect(out).toMatchObject({ first: "ran", again: "duplicate", runs: 1, contract: "function" });
+    expect(out.sqliteError).toMatch(/^ConfigurationError: \[oncely\] \[sqlite\] .*better-sqlite3/);
+  });
+
+  it("the root entry loads no driver", () => {
+    writeFileSync(
+      join(dir, "drivers.cjs"),
+      `require("oncely"); console.log(JSON.stringify(Object.keys(require.cache).filter((p) => /better-sqlite3|ioredis|node_modules\\/redis/.test(p))));`,
+    );
+    expect(JSON.parse(node("drivers.cjs"))).toEqual([]);
+  });
+});
