@@ -8,3 +8,18 @@ export {
   backendContract,
   type TestRunner,
 } from "./contract.js";
+export {
+  type BackoffOptions,
+  type DeliveryOutcome,
+  type DeliveryRecord,
+  type MessageState,
+  type MessageStatus,
+  type PublishedMessage,
+  type PublishInput,
+  type PublishOptions,
+  PushFormat,
+  PushSimulator,
+  type PushSimulatorOptions,
+  type SimulatedSubscription,
+  type SimulatorSummary,
+} from "./pubsub-simulator.js";
