@@ -3,6 +3,14 @@
  * signature variant (`idempotentCloudEvent`) and pull subscribers (`idempotentMessage`). Imports no
  * Google library: requests, CloudEvents and pull messages are typed structurally.
  */
+
+export {
+  type CloudEventHandler,
+  type CloudEventHandlerContext,
+  type CloudEventLike,
+  idempotentCloudEvent,
+} from "./cloud-event.js";
+export { MessageRejectedError, type RejectionReason } from "./errors.js";
 export {
   type BackendFactory,
   DISABLED_ENV,
@@ -15,6 +23,7 @@ export {
   type CloudEventContext,
   type DecodeOptions,
   type DecodeResult,
+  decodeCloudEvent,
   decodePush,
   defaultKey,
   MESSAGE_PUBLISHED_TYPE,
@@ -22,6 +31,15 @@ export {
   type PubSubMessage,
   type PushInput,
 } from "./message.js";
+export {
+  fromPullMessage,
+  type IdempotentMessageOptions,
+  idempotentMessage,
+  type PullContext,
+  type PullHandler,
+  type PullMessageLike,
+  type PullSettlement,
+} from "./pull.js";
 export {
   DEFAULT_MAX_BODY_BYTES,
   type IdempotentOptions,

@@ -124,7 +124,7 @@ function decodeOrThrow(input: PushInput, options: DecodeOptions): PubSubMessage 
   }
   const record = value as Record<string, unknown>;
   if (contentType(headers) === "application/cloudevents+json" || "specversion" in record) {
-    return decodeStructuredCloudEvent(record);
+    return decodeStructuredCloudEvent(record, MessageForm.CloudEventStructured);
   }
   if (!("message" in record)) {
     return fail('not a Pub/Sub envelope or CloudEvent: no "message" field and no "specversion"');
@@ -392,7 +392,7 @@ function ceHeaders(headers: PushInput["headers"]): Record<string, string> {
   return out;
 }
 
-function decodeStructuredCloudEvent(event: Record<string, unknown>): PubSubMessage {
+function decodeStructuredCloudEvent(event: Record<string, unknown>, form: MessageForm): PubSubMessage {
   const context = cloudEventContext((name) => event[name], "structured");
   const hasBase64 = event.data_base64 !== undefined && event.data_base64 !== null;
   if (hasBase64 && event.data !== undefined) return fail('CloudEvent carries both "data" and "data_base64"');
@@ -404,14 +404,42 @@ function decodeStructuredCloudEvent(event: Record<string, unknown>): PubSubMessa
     data = context.type === MESSAGE_PUBLISHED_TYPE ? jsonOrFail(bytes) : undefined;
   } else {
     data = event.data;
-    bytes =
-      data === undefined
-        ? Buffer.alloc(0)
-        : typeof data === "string"
-          ? Buffer.from(data, "utf8")
-          : Buffer.from(JSON.stringify(data), "utf8");
+    if (data === undefined || data === null) {
+      bytes = Buffer.alloc(0);
+    } else if (Buffer.isBuffer(data)) {
+      bytes = data;
+      data = context.type === MESSAGE_PUBLISHED_TYPE ? jsonOrFail(bytes) : undefined;
+    } else if (data instanceof Uint8Array) {
+      bytes = Buffer.from(data);
+      data = context.type === MESSAGE_PUBLISHED_TYPE ? jsonOrFail(bytes) : undefined;
+    } else if (typeof data === "string") {
+      bytes = Buffer.from(data, "utf8");
+      if (context.type === MESSAGE_PUBLISHED_TYPE) data = jsonOrFail(bytes);
+    } else {
+      bytes = Buffer.from(JSON.stringify(data), "utf8");
+    }
   }
-  return fromEventData(context, data, bytes, MessageForm.CloudEventStructured, event);
+  return fromEventData(context, data, bytes, form, event);
+}
+
+/**
+ * Decodes a CloudEvent a framework already parsed (functions-framework's `cloudEvent` signature).
+ * Never throws: bad input is `{ kind: "malformed", reason }`.
+ */
+export function decodeCloudEvent(event: unknown): DecodeResult {
+  try {
+    if (typeof event !== "object" || event === null || Array.isArray(event)) {
+      return fail(`not a CloudEvent: got ${describe(event)}`);
+    }
+    const message = decodeStructuredCloudEvent(
+      event as Record<string, unknown>,
+      MessageForm.CloudEventStructured,
+    );
+    return { kind: "message", message };
+  } catch (error) {
+    if (error instanceof Malformed) return { kind: "malformed", reason: error.message };
+    throw error;
+  }
 }
 
 function jsonOrFail(bytes: Buffer): unknown {
