@@ -1,0 +1,78 @@
+import { seededRandom } from "./random.js";
+
+/** What the broker will do to one message: the faults injected around its delivery. */
+export interface MessagePlan {
+  readonly index: number;
+  /** The message's idempotency key (also the sink's key). */
+  readonly key: string;
+  /** Redeliveries sent after the message was acked (a broker that lost the ack). */
+  readonly redeliveriesAfterAck: number;
+  /** Whether the first delivery goes to two workers at the same time. */
+  readonly concurrentTwin: boolean;
+  /** How many executions of the work throw before the side effect (then are retried). */
+  readonly transientFailures: number;
+  /** Simulated work before the side effect, in milliseconds. */
+  readonly beforeEffectMs: number;
+  /** Simulated work after the side effect and before `complete` (the crash window), in milliseconds. */
+  readonly afterEffectMs: number;
+}
+
+/** The whole storm, derived from the seed alone. */
+export interface DemoPlan {
+  readonly seed: number;
+  readonly messages: readonly MessagePlan[];
+  /**
+   * Kill points: after this many acks, the dispatcher SIGKILLs a busy worker (chosen by `seed`).
+   * Strictly increasing.
+   */
+  readonly killAfterAcks: readonly number[];
+  /** The seed of the dispatcher's own choices (victims, jitter). */
+  readonly dispatchSeed: number;
+}
+
+/** How likely each fault is; the defaults give a storm where every kind of fault happens often. */
+export interface FaultRates {
+  /** @default 0.25 */
+  readonly redelivery: number;
+  /** @default 0.15 */
+  readonly concurrentTwin: number;
+  /** @default 0.1 */
+  readonly transientFailure: number;
+  /** Acks between two kills, on average. @default 45 */
+  readonly acksPerKill: number;
+}
+
+/** The default fault rates. */
+export const DEFAULT_FAULT_RATES: FaultRates = {
+  redelivery: 0.25,
+  concurrentTwin: 0.15,
+  transientFailure: 0.1,
+  acksPerKill: 45,
+};
+
+/** Builds the deterministic storm for `messages` messages from `seed`. */
+export function planDemo(messages: number, seed: number, rates: FaultRates = DEFAULT_FAULT_RATES): DemoPlan {
+  const random = seededRandom(seed);
+  const plans: MessagePlan[] = [];
+  for (let index = 0; index < messages; index++) {
+    plans.push({
+      index,
+      key: `order-${String(index + 1).padStart(5, "0")}`,
+      redeliveriesAfterAck: random.chance(rates.redelivery) ? random.int(1, 2) : 0,
+      concurrentTwin: random.chance(rates.concurrentTwin),
+      transientFailures: random.chance(rates.transientFailure) ? random.int(1, 2) : 0,
+      beforeEffectMs: random.int(5, 40),
+      afterEffectMs: random.int(5, 40),
+    });
+  }
+  const killAfterAcks: number[] = [];
+  const spread = Math.max(1, Math.round(rates.acksPerKill / 2));
+  for (
+    let at = random.int(spread, rates.acksPerKill);
+    at < messages;
+    at += random.int(spread, rates.acksPerKill + spread)
+  ) {
+    killAfterAcks.push(at);
+  }
+  return { seed, messages: plans, killAfterAcks, dispatchSeed: random.int(1, 2 ** 31 - 1) };
+}

@@ -1,0 +1,102 @@
+/**
+ * What the demo prints: a progress line while it runs and, at the end, the table and the verdict.
+ * Reads only a `DispatchReport` and a `Verdict`, whatever dispatch produced them.
+ */
+import type { DispatchProgress, DispatchReport } from "./dispatch.js";
+import { describeProblems, type Verdict } from "./verdict.js";
+
+/** One progress line (no escape codes; the caller decides how to draw it). */
+export function formatProgress(p: DispatchProgress, elapsedMs: number): string {
+  const percent = p.messages === 0 ? 100 : Math.floor((100 * p.acked) / p.messages);
+  return (
+    `[${(elapsedMs / 1000).toFixed(1)}s] ${p.acked}/${p.messages} acked (${percent}%)` +
+    ` · ${p.deliveries} deliveries · ${p.inFlight} in flight · ${p.duplicates} duplicates suppressed` +
+    ` · ${p.contention} contention retries · ${p.crashes} workers killed`
+  );
+}
+
+/** Draws progress on one updating line on a TTY, or as periodic plain lines otherwise. */
+export class ProgressPrinter {
+  readonly #out: NodeJS.WriteStream;
+  readonly #tty: boolean;
+  readonly #plainEveryMs: number;
+  #lastPlain = 0;
+
+  constructor(out: NodeJS.WriteStream, plainEveryMs = 2_000) {
+    this.#out = out;
+    this.#tty = out.isTTY === true;
+    this.#plainEveryMs = plainEveryMs;
+  }
+
+  update(line: string, now = Date.now()): void {
+    if (this.#tty) {
+      const width = Math.max(20, (this.#out.columns ?? 120) - 1);
+      this.#out.write(`\r\x1b[2K${line.length > width ? `${line.slice(0, width - 1)}…` : line}`);
+    } else if (now - this.#lastPlain >= this.#plainEveryMs) {
+      this.#lastPlain = now;
+      this.#out.write(`${line}\n`);
+    }
+  }
+
+  /** Ends the updating line (TTY) or prints the last state (plain). */
+  done(line: string): void {
+    if (this.#tty) this.#out.write(`\r\x1b[2K${line}\n`);
+    else this.#out.write(`${line}\n`);
+  }
+}
+
+/** The rows of the final table, label and value. */
+export function tableRows(report: DispatchReport, verdict: Verdict): [string, string][] {
+  return [
+    ["messages", String(report.messages)],
+    ["deliveries", String(report.deliveries)],
+    ["side effects (keyed sink)", String(verdict.keyedEffects)],
+    ["side-effect executions", String(verdict.executions)],
+    ["duplicates suppressed", String(report.duplicatesSuppressed)],
+    ["contention retries (nacked)", String(report.contentionRetries)],
+    ["transient failures (retried)", String(report.transientFailures)],
+    ["crashes recovered (SIGKILL)", `${report.crashesRecovered}/${report.crashes}`],
+    ["  killed inside the crash window", String(report.crashWindowKills)],
+    ["  deliveries redelivered after a crash", String(report.orphanedDeliveries)],
+    ["crash-window re-runs absorbed", String(verdict.reruns.length)],
+    ["other nacks (store errors, lost leases)", String(report.errors)],
+    ["wall time", `${(report.wallMs / 1000).toFixed(1)} s`],
+  ];
+}
+
+/** The table and the verdict line, ready to print. */
+export function formatReport(report: DispatchReport, verdict: Verdict): string {
+  const rows = tableRows(report, verdict);
+  const labelWidth = Math.max(...rows.map(([label]) => label.length));
+  const valueWidth = Math.max(...rows.map(([, value]) => value.length));
+  const rule = `+${"-".repeat(labelWidth + 2)}+${"-".repeat(valueWidth + 2)}+`;
+  const lines = [rule];
+  for (const [label, value] of rows)
+    lines.push(`| ${label.padEnd(labelWidth)} | ${value.padStart(valueWidth)} |`);
+  lines.push(rule);
+  lines.push(verdictLine(report, verdict));
+  if (verdict.kind === "fail") for (const line of describeProblems(verdict.problems)) lines.push(`  ${line}`);
+  if (report.unexpectedExits > 0)
+    lines.push(`  note: ${report.unexpectedExits} worker(s) died without being killed`);
+  if (report.errorSample !== undefined && report.errors > 0)
+    lines.push(`  first error: ${report.errorSample}`);
+  return lines.join("\n");
+}
+
+/** The one-line verdict. */
+export function verdictLine(report: DispatchReport, verdict: Verdict): string {
+  if (verdict.kind === "fail") {
+    const missing = verdict.problems.filter((p) => p.kind === "missing").length;
+    const doubled = verdict.problems.filter((p) => p.kind === "doubled").length;
+    const other = verdict.problems.length - missing - doubled;
+    return `verdict: FAIL — ${missing} missing, ${doubled} doubled${other > 0 ? `, ${other} other` : ""} (of ${verdict.messages} messages)`;
+  }
+  const reruns = verdict.reruns.length;
+  return (
+    `verdict: PASS — every one of ${verdict.messages} messages took effect exactly once in the keyed sink` +
+    ` across ${report.deliveries} deliveries and ${report.crashes} worker kills` +
+    (reruns > 0
+      ? `; ${reruns} re-run${reruns === 1 ? "" : "s"} after a kill in the crash window (side effect done, complete not committed) absorbed by the sink's key`
+      : "; no kill landed in the crash window")
+  );
+}
