@@ -1,2 +1,8 @@
-// The Redis backend (issue 4) lands here.
-export {};
+export { RedisBackend, type RedisBackendOptions } from "./redis-backend.js";
+export {
+  detectFlavour,
+  type IoredisLike,
+  type NodeRedisLike,
+  type RedisClientLike,
+  type RedisFlavour,
+} from "./redis-client.js";

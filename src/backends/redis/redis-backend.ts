@@ -1,0 +1,442 @@
+import { ConfigurationError, storageError } from "../../core/errors.js";
+import { validateNamespace } from "../../core/namespace.js";
+import { decodeRecord, visible } from "../../core/transitions.js";
+import {
+  type Backend,
+  type BackendCapabilities,
+  type Claim,
+  type ClaimOptions,
+  type ClaimOutcome,
+  ClaimVia,
+  type CompleteOptions,
+  type StoredRecord,
+} from "../../core/types.js";
+import {
+  createDriver,
+  type Driver,
+  type RedisArg,
+  type RedisClientLike,
+  type RedisFlavour,
+  type Subscriber,
+} from "./redis-client.js";
+import { CLAIM, COMPLETE, DELETE_ONE, GET, RELEASE, RENEW } from "./scripts.js";
+
+export interface RedisBackendOptions {
+  /**
+   * A connected client: ioredis `Redis` or `Cluster`, or node-redis (`redis`/`@redis/client` v4–v6)
+   * `createClient()` or `createCluster()`. The backend never closes it; it duplicates it once for the
+   * notification subscriber (which `close()` does close).
+   */
+  readonly client: RedisClientLike;
+  /**
+   * Prefix of every key and channel: a record lives under `<namespace>:{<key>}` and its change channel
+   * is `<namespace>:{<key>}:changed` (same hash tag, so the same Cluster slot). @default "oncely"
+   */
+  readonly namespace?: string | undefined;
+  /**
+   * How long a record physically outlives its logical expiry, so that a claim soon after expiry still
+   * sees the old fence and continues above it. @default 60_000
+   */
+  readonly retentionGraceMs?: number | undefined;
+  /**
+   * Publish a message when a claim completes or is released, and wake `waitForChange` with it (Redis
+   * Pub/Sub; one subscriber connection per backend). Off: waits poll. @default true
+   */
+  readonly notifications?: boolean | undefined;
+  /**
+   * How long a channel stays subscribed after its last waiter left, so a waiter that loops does not
+   * subscribe and unsubscribe on every turn. @default 1_000
+   */
+  readonly unsubscribeLingerMs?: number | undefined;
+}
+
+type Won = Extract<ClaimOutcome, { kind: "won" }>;
+const VIAS = new Set<string>(Object.values(ClaimVia));
+
+function num(value: unknown): number {
+  if (typeof value === "number") return value;
+  const text = typeof value === "string" ? value : Buffer.isBuffer(value) ? value.toString("latin1") : "";
+  return /^-?\d+$/.test(text) ? Number(text) : Number.NaN;
+}
+
+function text(value: unknown): string | undefined {
+  if (value === null || value === undefined) return undefined;
+  return Buffer.isBuffer(value) ? value.toString("utf8") : String(value);
+}
+
+function bytes(value: unknown): Uint8Array | undefined {
+  if (value === null || value === undefined) return undefined;
+  const buffer = Buffer.isBuffer(value) ? value : Buffer.from(String(value), "latin1");
+  return new Uint8Array(buffer.buffer.slice(buffer.byteOffset, buffer.byteOffset + buffer.byteLength));
+}
+
+function int(value: unknown): number | undefined {
+  if (value === null || value === undefined) return undefined;
+  const n = num(value);
+  return Number.isSafeInteger(n) ? n : undefined;
+}
+
+function toRedisArg(value: Uint8Array): Buffer {
+  return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+}
+
+/**
+ * Records in Redis, one hash per key, every transition one `EVALSHA` of a small Lua script that reads
+ * the clock with `TIME`: client clock skew can neither expire nor extend a lease. Scripts touch only
+ * the record's key, so the backend is Cluster-safe. A script missing from a node's cache (restart,
+ * failover, reshard, `SCRIPT FLUSH`) is answered `NOSCRIPT`; the call is then retried once as `EVAL`,
+ * which both clients route by key to the node that owns it and which caches the script there — no
+ * per-node `SCRIPT LOAD` bookkeeping, and a node that forgets scripts again heals the same way.
+ *
+ * Retention follows §2 with Redis' own expiry: a claimed record expires `leaseUntil + ttl` (plus
+ * `retentionGraceMs`), a done record `completedAt + ttl` (plus the grace).
+ */
+export class RedisBackend implements Backend {
+  readonly name = "redis";
+  readonly capabilities: BackendCapabilities;
+  /** The client family and topology detected from the client's shape. */
+  readonly flavour: RedisFlavour;
+  readonly #driver: Driver;
+  readonly #namespace: string;
+  readonly #grace: string;
+  readonly #notify: boolean;
+  readonly #linger: number;
+  readonly #waiters = new Map<string, Set<() => void>>();
+  readonly #subscribed = new Map<string, Promise<void>>();
+  readonly #lingering = new Map<string, ReturnType<typeof setTimeout>>();
+  #subscriber: Promise<Subscriber> | undefined;
+  #closed = false;
+
+  constructor(options: RedisBackendOptions) {
+    if (options === undefined || options === null || typeof options !== "object") {
+      throw new ConfigurationError("options with a client are required", { backend: "redis" });
+    }
+    this.#driver = createDriver(options.client);
+    this.flavour = this.#driver.flavour;
+    this.#namespace = validateNamespace(this.name, options.namespace) ?? "oncely";
+    const grace = options.retentionGraceMs ?? 60_000;
+    if (!Number.isSafeInteger(grace) || grace < 0) {
+      throw new ConfigurationError(`retentionGraceMs must be a non-negative integer, got ${grace}`, {
+        backend: this.name,
+      });
+    }
+    this.#grace = String(grace);
+    this.#linger = options.unsubscribeLingerMs ?? 1_000;
+    if (!Number.isFinite(this.#linger) || this.#linger < 0) {
+      throw new ConfigurationError(`unsubscribeLingerMs must be >= 0, got ${this.#linger}`, {
+        backend: this.name,
+      });
+    }
+    this.#notify = options.notifications ?? true;
+    this.capabilities = {
+      serverClock: true,
+      notifications: this.#notify,
+      nativeTtl: true,
+      batchClaim: true,
+      multiProcess: true,
+    };
+  }
+
+  /** The Redis key of a record: the key is the hash tag, so its channel shares its Cluster slot. */
+  #key(key: string): string {
+    return `${this.#namespace}:{${key}}`;
+  }
+
+  #channel(key: string): string {
+    return `${this.#key(key)}:changed`;
+  }
+
+  #claimArgs(options: ClaimOptions): RedisArg[] {
+    return [
+      options.token,
+      String(options.leaseMs),
+      String(options.ttlMs),
+      options.fingerprint === undefined ? "-" : `+${options.fingerprint}`,
+      this.#grace,
+    ];
+  }
+
+  #decodeClaim(key: string, options: ClaimOptions, reply: unknown): ClaimOutcome {
+    if (!Array.isArray(reply)) throw new Error(`unexpected claim reply ${String(reply)}`);
+    const kind = num(reply[0]);
+    const fence = num(reply[1]);
+    if (kind === 1) {
+      const via = text(reply[3]) ?? "";
+      if (!VIAS.has(via)) throw new Error(`unexpected claim reply via ${via}`);
+      const won: Won = {
+        kind: "won",
+        via: via as ClaimVia,
+        claim: {
+          key,
+          fence,
+          token: options.token,
+          leaseUntil: num(reply[2]),
+          ttlMs: options.ttlMs,
+          reclaimed: via === "lapsed" || via === "expired",
+        },
+      };
+      return won;
+    }
+    if (kind === 2) {
+      return {
+        kind: "held",
+        fence,
+        leaseUntil: num(reply[2]),
+        remainingMs: Math.max(0, num(reply[3])),
+        fingerprint: text(reply[4]),
+      };
+    }
+    if (kind === 3) {
+      return {
+        kind: "done",
+        fence,
+        completedAt: num(reply[2]),
+        expiresAt: num(reply[3]),
+        fingerprint: text(reply[4]),
+        result: bytes(reply[5]),
+      };
+    }
+    throw new Error(`unexpected claim reply kind ${String(reply[0])}`);
+  }
+
+  /**
+   * claim: wins when the key is absent, past its expiry, corrupt (`via: "corrupt"`, fence continued
+   * when readable), lapsed (fence + 1) or carries this call's own token (same fence); otherwise `held`
+   * (live lease, with the time left on the server clock) or `done` (with result and fingerprint).
+   */
+  async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
+    try {
+      const reply = await this.#driver.run(CLAIM, this.#key(key), this.#claimArgs(options), true);
+      return this.#decodeClaim(key, options, reply);
+    } catch (cause) {
+      throw storageError(this.name, "claim", key, cause);
+    }
+  }
+
+  /**
+   * Claims many keys in one round trip (the scripts are pipelined), each decided exactly as `claim`.
+   * Outcomes come in request order. If any call fails the whole batch rejects with `StorageError`;
+   * claims it won meanwhile simply lapse after their lease.
+   */
+  async claimMany(
+    requests: ReadonlyArray<{ readonly key: string; readonly options: ClaimOptions }>,
+  ): Promise<ClaimOutcome[]> {
+    if (requests.length === 0) return [];
+    let replies: unknown[];
+    try {
+      replies = await this.#driver.runMany(
+        CLAIM,
+        requests.map((r) => ({ key: this.#key(r.key), args: this.#claimArgs(r.options) })),
+        true,
+      );
+    } catch (cause) {
+      throw storageError(this.name, "claimMany", undefined, cause);
+    }
+    return replies.map((reply, i) => {
+      const request = requests[i] as { key: string; options: ClaimOptions };
+      try {
+        if (reply instanceof Error) throw reply;
+        return this.#decodeClaim(request.key, request.options, reply);
+      } catch (cause) {
+        throw storageError(this.name, "claimMany", request.key, cause);
+      }
+    });
+  }
+
+  async #flag(operation: string, key: string, script: typeof CLAIM, args: RedisArg[]): Promise<boolean> {
+    try {
+      return num(await this.#driver.run(script, this.#key(key), args, false)) === 1;
+    } catch (cause) {
+      throw storageError(this.name, operation, key, cause);
+    }
+  }
+
+  /** complete: true when the fence matches a claimed record (now done) or a done one (a retried complete). */
+  complete(claim: Claim, options: CompleteOptions): Promise<boolean> {
+    const result = options.result;
+    return this.#flag("complete", claim.key, COMPLETE, [
+      String(claim.fence),
+      String(options.ttlMs),
+      result === undefined ? "0" : "1",
+      result === undefined ? "" : toRedisArg(result),
+      this.#grace,
+      this.#notify ? this.#channel(claim.key) : "",
+    ]);
+  }
+
+  /** release: on a matching claimed record, lease = now, fence + 1, token cleared; the record stays. */
+  release(claim: Claim): Promise<boolean> {
+    return this.#flag("release", claim.key, RELEASE, [
+      String(claim.fence),
+      String(claim.ttlMs),
+      this.#grace,
+      this.#notify ? this.#channel(claim.key) : "",
+    ]);
+  }
+
+  /** renew: on a matching claimed record, lease = now + leaseMs (server clock); no lease check. */
+  renew(claim: Claim, leaseMs: number): Promise<boolean> {
+    return this.#flag("renew", claim.key, RENEW, [
+      String(claim.fence),
+      String(leaseMs),
+      String(claim.ttlMs),
+      this.#grace,
+    ]);
+  }
+
+  async get(key: string): Promise<StoredRecord | undefined> {
+    let reply: unknown;
+    try {
+      reply = await this.#driver.run(GET, this.#key(key), [], true);
+    } catch (cause) {
+      throw storageError(this.name, "get", key, cause);
+    }
+    if (!Array.isArray(reply)) return undefined;
+    const now = num(reply[0]);
+    if (num(reply[1]) !== 0) return undefined;
+    const [s, f, t, l, e, p, r, c, d] = reply.slice(2) as unknown[];
+    if (s === null && f === null && t === null) return undefined;
+    const observed = decodeRecord({
+      key,
+      state: text(s),
+      fence: int(f),
+      token: text(t),
+      leaseUntil: int(l),
+      expiresAt: int(e),
+      fingerprint: text(p),
+      result: bytes(r),
+      claimedAt: int(c),
+      completedAt: int(d),
+    });
+    return visible(observed, now);
+  }
+
+  /**
+   * Resolves when the key's record is completed or released (a Pub/Sub message), when the subscriber
+   * reconnects (a message may have been missed), or after `timeoutMs` — the polling floor. Callers
+   * re-read either way; a lost message costs at most `timeoutMs`.
+   */
+  waitForChange(key: string, timeoutMs: number, signal?: AbortSignal): Promise<void> {
+    const channel = this.#channel(key);
+    return new Promise<void>((resolve) => {
+      if (this.#closed || signal?.aborted) {
+        resolve();
+        return;
+      }
+      let waiters = this.#waiters.get(channel);
+      if (waiters === undefined) {
+        waiters = new Set();
+        this.#waiters.set(channel, waiters);
+      }
+      const set = waiters;
+      const done = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", done);
+        set.delete(done);
+        if (set.size === 0 && this.#waiters.get(channel) === set) {
+          this.#waiters.delete(channel);
+          this.#scheduleUnsubscribe(channel);
+        }
+        resolve();
+      };
+      const timer = setTimeout(done, Math.max(0, timeoutMs));
+      timer.unref?.();
+      signal?.addEventListener("abort", done, { once: true });
+      set.add(done);
+      if (this.#notify) {
+        this.#ensureSubscribed(channel).catch(() => {
+          // no subscriber: the timer is the polling floor
+        });
+      }
+    });
+  }
+
+  #ensureSubscribed(channel: string): Promise<void> {
+    const lingering = this.#lingering.get(channel);
+    if (lingering !== undefined) {
+      clearTimeout(lingering);
+      this.#lingering.delete(channel);
+    }
+    let subscribed = this.#subscribed.get(channel);
+    if (subscribed === undefined) {
+      subscribed = this.#ensureSubscriber().then((sub) => sub.subscribe(channel));
+      this.#subscribed.set(channel, subscribed);
+      const attempt = subscribed;
+      attempt.catch(() => {
+        if (this.#subscribed.get(channel) === attempt) this.#subscribed.delete(channel);
+      });
+    }
+    return subscribed;
+  }
+
+  #scheduleUnsubscribe(channel: string): void {
+    if (!this.#subscribed.has(channel) || this.#lingering.has(channel)) return;
+    const timer = setTimeout(() => {
+      this.#lingering.delete(channel);
+      if (this.#waiters.has(channel)) return;
+      const subscribed = this.#subscribed.get(channel);
+      this.#subscribed.delete(channel);
+      const current = this.#subscriber;
+      if (subscribed === undefined || current === undefined) return;
+      subscribed
+        .then(() => current)
+        .then((sub) => sub.unsubscribe(channel))
+        .catch(() => {});
+    }, this.#linger);
+    timer.unref?.();
+    this.#lingering.set(channel, timer);
+  }
+
+  #ensureSubscriber(): Promise<Subscriber> {
+    if (this.#closed) return Promise.reject(new Error("backend closed"));
+    if (this.#subscriber === undefined) {
+      const made = this.#driver.subscriber(`oncely-subscriber:${this.#namespace}`, {
+        message: (channel) => this.#wake(channel),
+        reconnected: () => this.#wakeAll(),
+        ended: () => {
+          if (this.#subscriber === made) {
+            this.#subscriber = undefined;
+            this.#subscribed.clear();
+          }
+          this.#wakeAll();
+        },
+      });
+      this.#subscriber = made;
+      made.catch(() => {
+        if (this.#subscriber === made) this.#subscriber = undefined;
+      });
+    }
+    return this.#subscriber;
+  }
+
+  #wake(channel: string): void {
+    const waiters = this.#waiters.get(channel);
+    if (waiters !== undefined) for (const wake of [...waiters]) wake();
+  }
+
+  #wakeAll(): void {
+    for (const channel of [...this.#waiters.keys()]) this.#wake(channel);
+  }
+
+  /** Deletes the key's record outright (fence history included). */
+  async delete(key: string): Promise<boolean> {
+    try {
+      const reply = await this.#driver.run(DELETE_ONE, this.#key(key), [], false);
+      return num(reply) > 0;
+    } catch (cause) {
+      throw storageError(this.name, "delete", key, cause);
+    }
+  }
+
+  /** Wakes every waiter and closes the subscriber connection; the user's client is left open. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    for (const timer of this.#lingering.values()) clearTimeout(timer);
+    this.#lingering.clear();
+    this.#wakeAll();
+    this.#subscribed.clear();
+    const subscriber = this.#subscriber;
+    this.#subscriber = undefined;
+    if (subscriber !== undefined) await subscriber.then((sub) => sub.close()).catch(() => {});
+  }
+}

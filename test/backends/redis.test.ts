@@ -1,0 +1,344 @@
+/**
+ * The Redis backend on the shared standalone server (127.0.0.1:6379, or ONCELY_REDIS_URL): the
+ * contract suite with ioredis and with node-redis, then the Redis-specific cases of issue 4.
+ */
+import { strict as assert } from "node:assert";
+import { randomUUID } from "node:crypto";
+import { Redis } from "ioredis";
+import { createClient } from "redis";
+import { afterAll, beforeAll, describe, it, vi } from "vitest";
+import { RedisBackend } from "../../src/backends/redis/index.js";
+import { newToken } from "../../src/core/verbs.js";
+import { ConfigurationError, lock, mutex } from "../../src/index.js";
+import { backendContract } from "../../src/testing/index.js";
+
+const url = process.env.ONCELY_REDIS_URL ?? "redis://127.0.0.1:6379";
+const io = new Redis(url, { lazyConnect: true });
+const nodeRedis = createClient({ url });
+const namespaces = new WeakMap<RedisBackend, string>();
+
+beforeAll(async () => {
+  await io.connect();
+  await nodeRedis.connect();
+});
+afterAll(async () => {
+  io.disconnect();
+  await nodeRedis.close();
+});
+
+const rawKey = (backend: RedisBackend, key: string) => `${namespaces.get(backend)}:{${key}}`;
+
+backendContract(
+  { describe, it },
+  {
+    name: "redis (ioredis)",
+    time: "server",
+    create: ({ namespace }) => {
+      const backend = new RedisBackend({ client: io, namespace });
+      namespaces.set(backend, namespace);
+      return backend;
+    },
+    // not a hash at all: the claim script's HMGET fails with WRONGTYPE
+    corrupt: async (backend, key) => {
+      await io.set(rawKey(backend, key), "\xff garbage");
+    },
+  },
+);
+
+backendContract(
+  { describe, it },
+  {
+    name: "redis (node-redis)",
+    time: "server",
+    create: ({ namespace }) => {
+      const backend = new RedisBackend({ client: nodeRedis, namespace });
+      namespaces.set(backend, namespace);
+      return backend;
+    },
+    // a hash with an impossible state: fence still readable, so the next claim continues above it
+    corrupt: async (backend, key) => {
+      await nodeRedis.hSet(rawKey(backend, key), "s", "garbage");
+    },
+  },
+);
+
+const claimOptions = (leaseMs = 5_000, ttlMs = 60_000) => ({ leaseMs, ttlMs, token: newToken() });
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+for (const [label, client] of [
+  ["ioredis", io],
+  ["node-redis", nodeRedis],
+] as const) {
+  describe(`redis backend (${label}): beyond the contract`, () => {
+    const make = (options: { notifications?: boolean } = {}) => {
+      const namespace = `x${randomUUID().slice(0, 8)}`;
+      const backend = new RedisBackend({ client, namespace, ...options });
+      namespaces.set(backend, namespace);
+      return backend;
+    };
+
+    it("detects the client flavour and declares its capabilities", async () => {
+      const backend = make();
+      assert.equal(backend.flavour, label);
+      assert.deepEqual(backend.capabilities, {
+        serverClock: true,
+        notifications: true,
+        nativeTtl: true,
+        batchClaim: true,
+        multiProcess: true,
+      });
+    });
+
+    it("server clock: the process clock faked hours ahead and behind changes nothing", async () => {
+      const backend = make();
+      const k = `k-${randomUUID()}`;
+      vi.useFakeTimers({ toFake: ["Date"] });
+      try {
+        vi.setSystemTime(Date.now() + 6 * 3600_000);
+        const won = await backend.claim(k, claimOptions(400));
+        assert.equal(won.kind, "won");
+        vi.setSystemTime(Date.now() - 12 * 3600_000);
+        assert.equal((await backend.claim(k, claimOptions(400))).kind, "held");
+        const record = await backend.get(k);
+        assert.ok(record, "the record is visible although the client clock is 6 h behind the server");
+        const serverMs = Number((await io.time())[0]) * 1000;
+        assert.ok(Math.abs(record.claimedAt - serverMs) < 60_000, "times are the server's");
+      } finally {
+        vi.useRealTimers();
+      }
+      await sleep(450);
+      const again = await backend.claim(k, claimOptions(400));
+      assert.equal(again.kind, "won");
+      assert.equal(again.kind === "won" && again.claim.fence, 2);
+    });
+
+    it("SCRIPT FLUSH between calls: every next call reloads the script and succeeds", async () => {
+      const backend = make();
+      const k = `k-${randomUUID()}`;
+      await io.script("FLUSH");
+      const outcome = await backend.claim(k, claimOptions());
+      assert.equal(outcome.kind, "won");
+      const claim = (outcome as Extract<typeof outcome, { kind: "won" }>).claim;
+      await io.script("FLUSH");
+      assert.equal(await backend.renew(claim, 5_000), true);
+      await io.script("FLUSH");
+      assert.equal(await backend.complete(claim, { ttlMs: 60_000, result: Uint8Array.of(9) }), true);
+      await io.script("FLUSH");
+      assert.equal((await backend.get(k))?.state, "done");
+      await io.script("FLUSH");
+      const many = await backend.claimMany([
+        { key: k, options: claimOptions() },
+        { key: `k-${randomUUID()}`, options: claimOptions() },
+      ]);
+      assert.deepEqual(
+        many.map((o) => o.kind),
+        ["done", "won"],
+      );
+      await io.script("FLUSH");
+      assert.equal(
+        await backend.release((many[1] as Extract<(typeof many)[1], { kind: "won" }>).claim),
+        true,
+      );
+    });
+
+    it("claimMany decides each key exactly as claim would, in request order", async () => {
+      const backend = make();
+      const keys = Array.from({ length: 100 }, () => `k-${randomUUID()}`);
+      const done = await backend.claim(keys[0] as string, claimOptions());
+      assert.equal(done.kind, "won");
+      assert.equal(
+        await backend.complete((done as Extract<typeof done, { kind: "won" }>).claim, { ttlMs: 60_000 }),
+        true,
+      );
+      assert.equal((await backend.claim(keys[1] as string, claimOptions())).kind, "won");
+      const retried = claimOptions();
+      assert.equal((await backend.claim(keys[2] as string, retried)).kind, "won");
+      const outcomes = await backend.claimMany(
+        keys.map((key, i) => ({ key, options: i === 2 ? retried : claimOptions() })),
+      );
+      assert.equal(outcomes.length, 100);
+      assert.equal(outcomes[0]?.kind, "done");
+      assert.equal(outcomes[1]?.kind, "held");
+      assert.equal(outcomes[2]?.kind === "won" && outcomes[2].via, "reaffirmed");
+      outcomes.slice(3).forEach((o, i) => {
+        assert.equal(o.kind, "won");
+        assert.equal(o.kind === "won" && o.claim.key, keys[i + 3]);
+      });
+      const twice = await backend.claimMany(keys.slice(3).map((key) => ({ key, options: claimOptions() })));
+      assert.ok(twice.every((o) => o.kind === "held"));
+      assert.deepEqual(await backend.claimMany([]), []);
+    });
+
+    it("records carry a native expiry: lease + ttl + grace while claimed, ttl + grace once done", async () => {
+      const namespace = `x${randomUUID().slice(0, 8)}`;
+      const backend = new RedisBackend({ client, namespace, retentionGraceMs: 1_000 });
+      const k = `k-${randomUUID()}`;
+      const outcome = await backend.claim(k, claimOptions(5_000, 20_000));
+      const pttl = await io.pttl(`${namespace}:{${k}}`);
+      assert.ok(pttl > 20_000 && pttl <= 26_000, `claimed pttl ${pttl}`);
+      const claim = (outcome as Extract<typeof outcome, { kind: "won" }>).claim;
+      assert.equal(await backend.complete(claim, { ttlMs: 3_000 }), true);
+      const donePttl = await io.pttl(`${namespace}:{${k}}`);
+      assert.ok(donePttl > 2_000 && donePttl <= 4_000, `done pttl ${donePttl}`);
+      assert.equal(await backend.release(claim), false, "a done record cannot be released");
+    });
+
+    it("results round-trip as raw bytes, every byte value included", async () => {
+      const backend = make();
+      const k = `k-${randomUUID()}`;
+      const outcome = await backend.claim(k, claimOptions());
+      const result = Uint8Array.from({ length: 256 }, (_, i) => i);
+      assert.equal(
+        await backend.complete((outcome as Extract<typeof outcome, { kind: "won" }>).claim, {
+          ttlMs: 60_000,
+          result,
+        }),
+        true,
+      );
+      const done = await backend.claim(k, claimOptions());
+      assert.equal(done.kind, "done");
+      assert.deepEqual(done.kind === "done" && Array.from(done.result ?? []), Array.from(result));
+      assert.deepEqual(Array.from((await backend.get(k))?.result ?? []), Array.from(result));
+    });
+
+    it("a corrupt value of any shape is treated as absent and reported via corrupt", async () => {
+      const backend = make();
+      const shapes: Array<(key: string) => Promise<unknown>> = [
+        (key) => io.set(key, "not a hash"),
+        (key) => io.rpush(key, "a list"),
+        (key) =>
+          io.hset(key, "s", "claimed", "f", "seven", "t", "x", "l", "1", "e", "9999999999999", "c", "1"),
+        (key) => io.hset(key, "unrelated", "1"),
+      ];
+      for (const corrupt of shapes) {
+        const k = `k-${randomUUID()}`;
+        await corrupt(rawKey(backend, k));
+        assert.equal(await backend.get(k), undefined);
+        const outcome = await backend.claim(k, claimOptions());
+        assert.equal(outcome.kind === "won" && outcome.via, "corrupt");
+        assert.equal((await backend.get(k))?.state, "claimed");
+      }
+      const k = `k-${randomUUID()}`;
+      await io.hset(rawKey(backend, k), "s", "weird", "f", "41");
+      const outcome = await backend.claim(k, claimOptions());
+      assert.equal(outcome.kind === "won" && outcome.claim.fence, 42, "a readable fence is continued");
+    });
+
+    it("a dropped notification (subscriber killed with CLIENT KILL) costs latency, not a hang", async () => {
+      const backend = make();
+      const k = `k-${randomUUID()}`;
+      const first = await backend.claim(k, claimOptions());
+      const claim = (first as Extract<typeof first, { kind: "won" }>).claim;
+      // a waiter makes the backend subscribe; wait until Redis shows the subscription
+      const warmUp = backend.waitForChange(k, 10_000);
+      const channel = `${rawKey(backend, k)}:changed`;
+      for (let i = 0; i < 100 && Number((await io.pubsub("NUMSUB", channel))[1]) < 1; i++) await sleep(20);
+      assert.equal(
+        Number((await io.pubsub("NUMSUB", channel))[1]),
+        1,
+        "one subscriber for the key's channel",
+      );
+      assert.equal(await backend.renew(claim, 5_000), true);
+      // kill the subscriber connection: the completion below is published while nobody listens
+      const list = String(await io.call("CLIENT", "LIST", "TYPE", "pubsub"));
+      const mine = list
+        .split("\n")
+        .filter((line) => line.includes(`name=oncely-subscriber:${namespaces.get(backend)}`))
+        .map((line) => /id=(\d+)/.exec(line)?.[1]);
+      assert.equal(mine.length, 1, list);
+      await io.client("KILL", "ID", mine[0] as string);
+      await warmUp; // the drop wakes the waiter (reconnect), or its timeout does
+      const completed = backend.complete(claim, { ttlMs: 60_000 });
+      const waited = await Promise.all([backend.waitForChange(k, 300), completed]);
+      assert.equal(waited[1], true);
+      assert.equal((await backend.get(k))?.state, "done");
+      // and the subscriber heals: a later change wakes a waiter with a long timeout
+      const k2 = `k-${randomUUID()}`;
+      const second = await backend.claim(k2, claimOptions());
+      let woke = false;
+      const waiting = backend.waitForChange(k2, 60_000).then(() => {
+        woke = true;
+      });
+      const channel2 = `${rawKey(backend, k2)}:changed`;
+      for (let i = 0; i < 200 && Number((await io.pubsub("NUMSUB", channel2))[1]) < 1; i++) await sleep(20);
+      assert.equal(woke, false);
+      assert.equal(await backend.release((second as Extract<typeof second, { kind: "won" }>).claim), true);
+      await Promise.race([waiting, sleep(10_000)]);
+      assert.equal(woke, true, "the recreated subscription delivered the release");
+      await backend.close();
+    });
+
+    it("mutex with wait is woken by the release notification and runs every turn once", async () => {
+      const backend = make();
+      const k = `k-${randomUUID()}`;
+      let inside = 0;
+      let turns = 0;
+      await Promise.all(
+        Array.from({ length: 8 }, () =>
+          mutex(
+            k,
+            async () => {
+              inside++;
+              assert.equal(inside, 1, "never two holders at once");
+              await sleep(5);
+              turns++;
+              inside--;
+            },
+            { backend, wait: 20_000, leaseMs: 5_000 },
+          ),
+        ),
+      );
+      assert.equal(turns, 8);
+      await backend.close();
+    });
+
+    it("lock runs work once per key; duplicates replay the stored result", async () => {
+      const backend = make();
+      const k = `k-${randomUUID()}`;
+      let runs = 0;
+      const work = async () => {
+        runs++;
+        return { order: 42 };
+      };
+      const first = await lock(k, work, { backend });
+      const second = await lock(k, work, { backend });
+      assert.equal(runs, 1);
+      assert.equal(first.kind, "ran");
+      assert.equal(second.kind, "duplicate");
+    });
+
+    it("namespace prefixes every key and channel", async () => {
+      const backend = make();
+      const k = `k-${randomUUID()}`;
+      await backend.claim(k, claimOptions());
+      const keys = await io.keys(`${namespaces.get(backend)}:*`);
+      assert.deepEqual(keys, [`${namespaces.get(backend)}:{${k}}`]);
+    });
+  });
+}
+
+describe("redis backend: configuration", () => {
+  it("refuses a client of unknown shape, a bad namespace and a bad grace", () => {
+    assert.throws(() => new RedisBackend({ client: {} as never }), ConfigurationError);
+    assert.throws(() => new RedisBackend({ client: null as never }), ConfigurationError);
+    assert.throws(() => new RedisBackend({ client: io, namespace: "a:b" }), ConfigurationError);
+    assert.throws(() => new RedisBackend({ client: io, retentionGraceMs: -1 }), ConfigurationError);
+  });
+
+  it("a store failure surfaces as StorageError naming redis and the operation", async () => {
+    const dead = new Redis({
+      port: 1,
+      lazyConnect: true,
+      maxRetriesPerRequest: 0,
+      enableOfflineQueue: false,
+    });
+    dead.on("error", () => {});
+    const backend = new RedisBackend({ client: dead });
+    await assert.rejects(backend.claim("k", claimOptions()), (error: Error) => {
+      assert.equal(error.name, "StorageError");
+      assert.match(error.message, /^\[oncely\] \[redis\] claim failed: /);
+      return true;
+    });
+    dead.disconnect();
+  });
+});
