@@ -186,6 +186,9 @@ function bodyBytes(input: PushInput): Buffer {
 /** The body as a JSON value: parsed already by a framework, or parsed here from text or bytes. */
 function bodyAsJson(input: PushInput): unknown {
   const { body } = input;
+  if (input.rawBody !== undefined && input.rawBody.length === 0) {
+    return fail("empty body: expected a Pub/Sub push envelope or a CloudEvent");
+  }
   if (typeof body === "object" && body !== null && !Buffer.isBuffer(body)) return body;
   const bytes =
     typeof body === "string" ? Buffer.from(body, "utf8") : body === undefined ? Buffer.alloc(0) : body;
