@@ -154,8 +154,10 @@ function resolve(key: unknown, options: GuardOptions): Resolved {
   const clock = options.clock ?? systemClock;
   const backend = options.backend;
   const started = clock.now();
-  const keyHash = hashKey(key);
+  let keyHash: string | undefined;
   const emit = (type: EventType, fields: Partial<OncelyEvent> = {}) => {
+    if (options.onEvent === undefined && logger.debug === undefined) return;
+    keyHash ??= hashKey(key);
     const event: OncelyEvent = {
       type,
       keyHash,
@@ -327,10 +329,28 @@ class Heartbeat {
 
 /** Runs work under a claim with the heartbeat and abort signal wired; the heartbeat stops either way. */
 async function runUnderClaim<T>(r: Resolved, claim: Claim, work: Work<T>): Promise<T> {
-  const controller = new AbortController();
-  const heartbeat = r.heartbeat ? new Heartbeat(r, claim, (error) => controller.abort(error)) : undefined;
+  // AbortController is costly on Node 20: build it only when work reads `signal`.
+  let controller: AbortController | undefined;
+  let lost: LeaseLostError | undefined;
+  const heartbeat = r.heartbeat
+    ? new Heartbeat(r, claim, (error) => {
+        lost = error;
+        controller?.abort(error);
+      })
+    : undefined;
+  const context: WorkContext = {
+    key: claim.key,
+    fence: claim.fence,
+    get signal() {
+      if (controller === undefined) {
+        controller = new AbortController();
+        if (lost !== undefined) controller.abort(lost);
+      }
+      return controller.signal;
+    },
+  };
   try {
-    return await work({ key: claim.key, fence: claim.fence, signal: controller.signal });
+    return await work(context);
   } finally {
     heartbeat?.stop();
   }

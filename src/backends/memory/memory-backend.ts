@@ -20,6 +20,9 @@ import type {
   StoredRecord,
 } from "../../core/types.js";
 
+/** Brands the records a memory backend wrote itself: known good, so reads skip decoding them. */
+const written = Symbol("oncely.memory.written");
+
 export interface MemoryBackendOptions {
   /**
    * Most records held at once. A new key beyond it is rejected with a `StorageError` (after expired
@@ -68,13 +71,17 @@ export class MemoryBackend implements Backend {
   }
 
   #read(id: string): Observed {
-    if (!this.#map.has(id)) return undefined;
-    return decodeRecord(this.#map.get(id));
+    const raw = this.#map.get(id);
+    if (raw === undefined && !this.#map.has(id)) return undefined;
+    if (typeof raw === "object" && raw !== null && (raw as { [written]?: true })[written] === true) {
+      return raw as StoredRecord;
+    }
+    return decodeRecord(raw);
   }
 
   #write(id: string, record: StoredRecord | undefined): void {
     if (record === undefined) return;
-    this.#map.set(id, { ...record, result: record.result === undefined ? undefined : record.result.slice() });
+    this.#map.set(id, { ...record, result: record.result?.slice(), [written]: true });
     this.#notify(id);
   }
 
