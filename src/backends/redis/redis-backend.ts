@@ -76,6 +76,13 @@ function int(value: unknown): number | undefined {
   return Number.isSafeInteger(n) ? n : undefined;
 }
 
+/** What a waiter compares to tell whether a record changed. */
+function snapshot(record: StoredRecord | undefined): string {
+  return record === undefined
+    ? "absent"
+    : `${record.state}|${record.fence}|${record.token}|${record.leaseUntil}`;
+}
+
 function toRedisArg(value: Uint8Array): Buffer {
   return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
 }
@@ -103,6 +110,8 @@ export class RedisBackend implements Backend {
   readonly #linger: number;
   readonly #waiters = new Map<string, Set<() => void>>();
   readonly #subscribed = new Map<string, Promise<void>>();
+  /** Channels whose SUBSCRIBE the server has acknowledged. */
+  readonly #confirmed = new Set<string>();
   readonly #lingering = new Map<string, ReturnType<typeof setTimeout>>();
   #subscriber: Promise<Subscriber> | undefined;
   #closed = false;
@@ -344,9 +353,22 @@ export class RedisBackend implements Backend {
       signal?.addEventListener("abort", done, { once: true });
       set.add(done);
       if (this.#notify) {
-        this.#ensureSubscribed(channel).catch(() => {
-          // no subscriber: the timer is the polling floor
-        });
+        const subscribed = this.#ensureSubscribed(channel);
+        if (!this.#confirmed.has(channel)) {
+          // A change published before the subscription took effect is not delivered: compare the record
+          // read now with one read after the subscription is confirmed, and wake on a difference.
+          const before = this.get(key).then(snapshot, () => undefined);
+          subscribed
+            .then(async () => {
+              const [then, now] = await Promise.all([before, this.get(key).then(snapshot)]);
+              if (then !== now && set.has(done)) done();
+            })
+            .catch(() => {
+              // no subscriber (or no read): the timer is the polling floor
+            });
+        } else {
+          subscribed.catch(() => {});
+        }
       }
     });
   }
@@ -359,9 +381,14 @@ export class RedisBackend implements Backend {
     }
     let subscribed = this.#subscribed.get(channel);
     if (subscribed === undefined) {
-      subscribed = this.#ensureSubscriber().then((sub) => sub.subscribe(channel));
+      let attempt: Promise<void> | undefined;
+      subscribed = this.#ensureSubscriber()
+        .then((sub) => sub.subscribe(channel))
+        .then(() => {
+          if (this.#subscribed.get(channel) === attempt) this.#confirmed.add(channel);
+        });
       this.#subscribed.set(channel, subscribed);
-      const attempt = subscribed;
+      attempt = subscribed;
       attempt.catch(() => {
         if (this.#subscribed.get(channel) === attempt) this.#subscribed.delete(channel);
       });
@@ -376,6 +403,7 @@ export class RedisBackend implements Backend {
       if (this.#waiters.has(channel)) return;
       const subscribed = this.#subscribed.get(channel);
       this.#subscribed.delete(channel);
+      this.#confirmed.delete(channel);
       const current = this.#subscriber;
       if (subscribed === undefined || current === undefined) return;
       subscribed
@@ -397,6 +425,7 @@ export class RedisBackend implements Backend {
           if (this.#subscriber === made) {
             this.#subscriber = undefined;
             this.#subscribed.clear();
+            this.#confirmed.clear();
           }
           this.#wakeAll();
         },
@@ -435,6 +464,7 @@ export class RedisBackend implements Backend {
     this.#lingering.clear();
     this.#wakeAll();
     this.#subscribed.clear();
+    this.#confirmed.clear();
     const subscriber = this.#subscriber;
     this.#subscriber = undefined;
     if (subscriber !== undefined) await subscriber.then((sub) => sub.close()).catch(() => {});
