@@ -48,11 +48,17 @@ async function main(argv: readonly string[]): Promise<number> {
   }
   if (command === "__worker") {
     const options = parseOptions(rest, ["records", "sink", "lease-ms"], []);
-    await runWorker({
-      recordsFile: requiredOption(options, "records"),
-      sinkFile: requiredOption(options, "sink"),
-      leaseMs: integerOption(options, "lease-ms", 1_500, 10, 600_000),
-    });
+    try {
+      await runWorker({
+        recordsFile: requiredOption(options, "records"),
+        sinkFile: requiredOption(options, "sink"),
+        leaseMs: integerOption(options, "lease-ms", 1_500, 10, 600_000),
+      });
+    } catch (error) {
+      // The IPC channel would keep a failed worker alive: exit so the coordinator sees it.
+      process.stderr.write(`oncely worker: ${error instanceof Error ? error.message : String(error)}\n`);
+      process.exit(1);
+    }
     return -1;
   }
   throw new UsageError(`unknown command "${command}"`);

@@ -56,6 +56,8 @@ export interface DispatchReport {
 export interface Dispatch {
   /** Delivers every message until each is acked; rejects if the run cannot finish in time. */
   run(plan: DemoPlan): Promise<DispatchReport>;
+  /** Ends a `run` early: it stops its handlers and rejects with `reason`. */
+  abort(reason: Error): void;
   /** A snapshot for the progress line; callable at any time during `run`. */
   progress(): DispatchProgress;
 }

@@ -101,6 +101,10 @@ export class ForkedDispatch implements Dispatch {
     };
   }
 
+  abort(reason: Error): void {
+    this.#finish?.(reason);
+  }
+
   async run(plan: DemoPlan): Promise<DispatchReport> {
     if (this.#plan !== undefined) throw new Error("a dispatch runs once");
     this.#plan = plan;
@@ -349,7 +353,13 @@ export class ForkedDispatch implements Dispatch {
       this.#crashRecords.push({ keys: orphans.map((delivery) => delivery.message.index) });
     } else {
       this.#stats.unexpectedExits++;
-      this.#noteError(`worker ${worker.pid} exited unexpectedly (code ${code}, signal ${signal})`);
+      const what = `worker ${worker.pid} exited unexpectedly (code ${code}, signal ${signal})`;
+      this.#noteError(what);
+      if (!worker.ready) {
+        // It died before taking any work: respawning would only loop. Its stderr says why.
+        this.#finish?.(new Error(`${what} before it was ready`));
+        return;
+      }
     }
     this.#stats.orphaned += orphans.length;
     for (const delivery of orphans) {

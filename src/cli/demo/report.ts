@@ -30,7 +30,8 @@ export class ProgressPrinter {
 
   update(line: string, now = Date.now()): void {
     if (this.#tty) {
-      const width = Math.max(20, (this.#out.columns ?? 120) - 1);
+      const columns = this.#out.columns ?? 0;
+      const width = columns > 20 ? columns - 1 : 119;
       this.#out.write(`\r\x1b[2K${line.length > width ? `${line.slice(0, width - 1)}…` : line}`);
     } else if (now - this.#lastPlain >= this.#plainEveryMs) {
       this.#lastPlain = now;
@@ -93,7 +94,7 @@ export function verdictLine(report: DispatchReport, verdict: Verdict): string {
   }
   const reruns = verdict.reruns.length;
   return (
-    `verdict: PASS — every one of ${verdict.messages} messages took effect exactly once in the keyed sink` +
+    `verdict: PASS — ${verdict.messages === 1 ? "the message" : `every one of ${verdict.messages} messages`} took effect exactly once in the keyed sink` +
     ` across ${report.deliveries} deliveries and ${report.crashes} worker kills` +
     (reruns > 0
       ? `; ${reruns} re-run${reruns === 1 ? "" : "s"} after a kill in the crash window (side effect done, complete not committed) absorbed by the sink's key`

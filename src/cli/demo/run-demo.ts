@@ -44,6 +44,14 @@ export async function runDemo(options: DemoOptions): Promise<number> {
   const sink = await Sink.open(sinkFile);
   // Create the records table before the workers race to.
   const backend = new SqliteBackend({ database: recordsFile });
+  // Ctrl-C: stop the workers, then clean up as after any run.
+  let dispatch: Dispatch | undefined;
+  let interrupted = false;
+  const interrupt = () => {
+    interrupted = true;
+    dispatch?.abort(new Error("interrupted"));
+  };
+  process.once("SIGINT", interrupt);
   try {
     await backend.get("oncely-demo-warmup");
     const plan = planDemo(options.messages, options.seed);
@@ -55,25 +63,29 @@ export async function runDemo(options: DemoOptions): Promise<number> {
         `${plan.messages.filter((m) => m.transientFailures > 0).length} with transient failures, ` +
         `${plan.killAfterAcks.length} worker kills (SIGKILL)\n`,
     );
-    const dispatch: Dispatch = new ForkedDispatch({
+    const running: Dispatch = new ForkedDispatch({
       entry: options.entry,
       workerArgs: workerArgs(recordsFile, sinkFile, options.leaseMs),
       workers: options.workers,
       sink,
     });
+    dispatch = running;
     const printer = new ProgressPrinter(out);
     const started = Date.now();
-    const ticker = setInterval(
-      () => printer.update(formatProgress(dispatch.progress(), Date.now() - started)),
-      200,
-    );
+    const draw = () => formatProgress(running.progress(), Date.now() - started);
+    const ticker = setInterval(() => printer.update(draw()), 200);
     let report: Awaited<ReturnType<Dispatch["run"]>>;
     try {
-      report = await dispatch.run(plan);
+      report = await running.run(plan);
+    } catch (error) {
+      if (!interrupted) throw error;
+      printer.done(draw());
+      out.write("interrupted\n");
+      return 130;
     } finally {
       clearInterval(ticker);
-      printer.done(formatProgress(dispatch.progress(), Date.now() - started));
     }
+    printer.done(draw());
     const contents = sink.read();
     const verdict = judge({
       keys: plan.messages.map((m) => m.key),
@@ -84,6 +96,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
     out.write(`${formatReport(report, verdict)}\n`);
     return verdict.kind === "pass" ? 0 : 1;
   } finally {
+    process.off("SIGINT", interrupt);
     sink.close();
     await backend.close();
     if (options.keep) out.write(`kept ${dir}\n`);
