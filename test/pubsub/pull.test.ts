@@ -243,10 +243,11 @@ describe("idempotentMessage", () => {
   });
 });
 
-/** Type-level: the listener plugs into `subscription.on("message", …)` unchanged. Never called. */
-export function typeCheckSubscription(subscription: Subscription): void {
+/** Type-level (checked by tsc): the listener plugs into `subscription.on("message", …)` unchanged. */
+function typeCheckSubscription(subscription: Subscription): void {
   subscription.on(
     "message",
     idempotentMessage(() => {}, { backend: files.backend(), subscription }),
   );
 }
+void typeCheckSubscription;
