@@ -17,8 +17,16 @@ export interface ScenarioBackend {
   /** Used in test names: `sqlite`, `redis`, … */
   readonly name: string;
   create(label: string): Backend | Promise<Backend>;
-  /** Releases whatever `create` opened, after the suite. */
-  cleanup?(): Promise<void>;
+  /**
+   * Where crash-storm workers (separate processes running the built package) keep their records:
+   * `store` is `sqlite:<file>` or a `redis://` URL; `inspect` is a backend on the same store and
+   * namespace for the test to read records with.
+   */
+  storm(
+    label: string,
+  ):
+    | { store: string; namespace: string; inspect: Backend }
+    | Promise<{ store: string; namespace: string; inspect: Backend }>;
 }
 
 /** One push delivery the endpoint answered. */
