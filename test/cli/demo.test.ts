@@ -48,6 +48,7 @@ describe("oncely demo (built CLI, real worker processes on SQLite)", () => {
       expect(run.stdout).toMatch(/^verdict: PASS — every one of 120 messages took effect exactly once/m);
       expect(row(run.stdout, "messages")).toBe("120");
       expect(row(run.stdout, "side effects (keyed sink)")).toBe("120");
+      expect(row(run.stdout, "keys recorded done by oncely")).toBe("120/120");
       expect(Number(row(run.stdout, "deliveries"))).toBeGreaterThan(120);
       expect(Number(row(run.stdout, "duplicates suppressed"))).toBeGreaterThan(0);
       expect(Number(row(run.stdout, "transient failures (retried)"))).toBeGreaterThan(0);

@@ -46,9 +46,19 @@ export class ProgressPrinter {
   }
 }
 
+/** What the guard's own store says after the run (read back from it, not from the dispatch). */
+export interface StoreSummary {
+  /** Message keys whose oncely record is `done`. */
+  readonly keysDone: number;
+}
+
 /** The rows of the final table, label and value. */
-export function tableRows(report: DispatchReport, verdict: Verdict): [string, string][] {
-  return [
+export function tableRows(
+  report: DispatchReport,
+  verdict: Verdict,
+  store?: StoreSummary,
+): [string, string][] {
+  const rows: [string, string][] = [
     ["messages", String(report.messages)],
     ["deliveries", String(report.deliveries)],
     ["side effects (keyed sink)", String(verdict.keyedEffects)],
@@ -63,11 +73,14 @@ export function tableRows(report: DispatchReport, verdict: Verdict): [string, st
     ["other nacks (store errors, lost leases)", String(report.errors)],
     ["wall time", `${(report.wallMs / 1000).toFixed(1)} s`],
   ];
+  if (store !== undefined)
+    rows.splice(4, 0, ["keys recorded done by oncely", `${store.keysDone}/${report.messages}`]);
+  return rows;
 }
 
 /** The table and the verdict line, ready to print. */
-export function formatReport(report: DispatchReport, verdict: Verdict): string {
-  const rows = tableRows(report, verdict);
+export function formatReport(report: DispatchReport, verdict: Verdict, store?: StoreSummary): string {
+  const rows = tableRows(report, verdict, store);
   const labelWidth = Math.max(...rows.map(([label]) => label.length));
   const valueWidth = Math.max(...rows.map(([, value]) => value.length));
   const rule = `+${"-".repeat(labelWidth + 2)}+${"-".repeat(valueWidth + 2)}+`;

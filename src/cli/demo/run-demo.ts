@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { SqliteBackend } from "../../backends/sqlite/index.js";
+import { RecordState } from "../../core/types.js";
 import type { Dispatch } from "./dispatch.js";
 import { ForkedDispatch } from "./forked-dispatch.js";
 import { planDemo } from "./plan.js";
@@ -93,7 +94,11 @@ export async function runDemo(options: DemoOptions): Promise<number> {
       effects: contents.effects,
       committed: report.committed,
     });
-    out.write(`${formatReport(report, verdict)}\n`);
+    let done = 0;
+    for (const message of plan.messages) {
+      if ((await backend.get(message.key))?.state === RecordState.Done) done++;
+    }
+    out.write(`${formatReport(report, verdict, { keysDone: done })}\n`);
     return verdict.kind === "pass" ? 0 : 1;
   } finally {
     process.off("SIGINT", interrupt);
