@@ -5,7 +5,7 @@
  * an unavailable store all become 500 there instead of 503/400. Pub/Sub redelivers either way.
  */
 import { MessageRejectedError } from "./errors.js";
-import { type MessageContext, MessageGuard, type PubSubGuardOptions } from "./guard.js";
+import { extendContext, type MessageContext, MessageGuard, type PubSubGuardOptions } from "./guard.js";
 import { decodeCloudEvent, type PubSubMessage } from "./message.js";
 
 /** The structural shape of a CloudEvent as the functions-framework delivers it. */
@@ -56,7 +56,9 @@ export function idempotentCloudEvent<T = unknown>(
       throw new MessageRejectedError(`malformed CloudEvent: ${decoded.reason}`, { reason: "malformed" });
     }
     const { message } = decoded;
-    const outcome = await guard.run(message, (context) => handler(message, { ...context, event }));
+    const outcome = await guard.run(message, (context) =>
+      handler(message, extendContext(context, { event })),
+    );
     switch (outcome.kind) {
       case "ran":
       case "duplicate":

@@ -85,6 +85,14 @@ export type GuardOutcome<T> =
   /** The store (or the backend factory) failed before the work started. Nothing ran. */
   | { readonly kind: "unavailable"; readonly error: unknown };
 
+/**
+ * The context a surface hands its handler: `base` plus surface fields, keeping `base`'s getters lazy
+ * (a spread would read them).
+ */
+export function extendContext<B extends MessageContext, E extends object>(base: B, extra: E): B & E {
+  return Object.defineProperties({ ...extra }, Object.getOwnPropertyDescriptors(base)) as B & E;
+}
+
 /** Names the environment variable that turns every wrapper into a warning pass-through. */
 export const DISABLED_ENV = "ONCELY_DISABLED";
 
@@ -231,7 +239,15 @@ export class MessageGuard<T> {
     let started = false;
     const work = (context: { key: string; fence: number; signal: AbortSignal }) => {
       started = true;
-      return handler({ key: context.key, fence: context.fence, signal: context.signal, guarded: true });
+      // `signal` stays a getter: the core builds its AbortController only when work reads it.
+      return handler({
+        key: context.key,
+        fence: context.fence,
+        get signal() {
+          return context.signal;
+        },
+        guarded: true,
+      });
     };
     try {
       if (mode === "mutex") {

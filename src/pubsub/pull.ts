@@ -4,7 +4,13 @@
  * otherwise. The client library keeps extending the ack deadline while the handler runs; oncely's
  * heartbeat keeps the claim's lease alive alongside it.
  */
-import { type GuardOutcome, type MessageContext, MessageGuard, type PubSubGuardOptions } from "./guard.js";
+import {
+  extendContext,
+  type GuardOutcome,
+  type MessageContext,
+  MessageGuard,
+  type PubSubGuardOptions,
+} from "./guard.js";
 import { MessageForm, type PubSubMessage, parseJsonData } from "./message.js";
 
 /**
@@ -95,7 +101,9 @@ export function idempotentMessage<T = unknown>(
     typeof options.subscription === "string" ? options.subscription : options.subscription?.name;
   return async function idempotentMessageListener(pulled: PullMessageLike): Promise<PullSettlement<T>> {
     const message = fromPullMessage(pulled, subscription);
-    const outcome = await guard.run(message, (context) => handler(message, { ...context, pulled }));
+    const outcome = await guard.run(message, (context) =>
+      handler(message, extendContext(context, { pulled })),
+    );
     const ack = outcome.kind === "ran" || outcome.kind === "duplicate" || outcome.kind === "unguarded";
     try {
       if (ack) pulled.ack();

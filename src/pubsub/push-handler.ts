@@ -4,7 +4,13 @@
  * outcome table of SPEC §5: 2xx acks, anything else makes Pub/Sub redeliver.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { type GuardOutcome, type MessageContext, MessageGuard, type PubSubGuardOptions } from "./guard.js";
+import {
+  extendContext,
+  type GuardOutcome,
+  type MessageContext,
+  MessageGuard,
+  type PubSubGuardOptions,
+} from "./guard.js";
 import { type DecodeOptions, decodePush, type PubSubMessage } from "./message.js";
 
 /** A request as Node or a framework hands it over; `body`/`rawBody` are read when a framework parsed it. */
@@ -133,7 +139,7 @@ export function idempotent<
     const { message } = decoded;
     const statusBefore = res.statusCode;
     const outcome: GuardOutcome<T> = await guard.run(message, (context) =>
-      handler(message, { ...context, request: req, response: res }),
+      handler(message, extendContext(context, { request: req, response: res })),
     );
     switch (outcome.kind) {
       case "ran":
