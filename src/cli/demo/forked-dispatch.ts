@@ -64,7 +64,7 @@ export class ForkedDispatch implements Dispatch {
   #nextId = 1;
   #nextKill = 0;
   #killsOwed = 0;
-  #crashRecords: { readonly keys: readonly number[] }[] = [];
+  #crashRecords: { readonly messageIndexes: readonly number[] }[] = [];
   #stopping = false;
   #finish: ((error?: Error) => void) | undefined;
   #stats = {
@@ -140,8 +140,9 @@ export class ForkedDispatch implements Dispatch {
       errors: s.errors,
       errorSample: s.errorSample,
       crashes: s.crashes,
-      crashesRecovered: this.#crashRecords.filter((crash) => crash.keys.every((index) => this.#acked[index]))
-        .length,
+      crashesRecovered: this.#crashRecords.filter((crash) =>
+        crash.messageIndexes.every((index) => this.#acked[index]),
+      ).length,
       crashWindowKills: s.crashWindowKills,
       orphanedDeliveries: s.orphaned,
       unexpectedExits: s.unexpectedExits,
@@ -350,7 +351,7 @@ export class ForkedDispatch implements Dispatch {
       this.#options.sink.recordKill(worker.pid);
       this.#stats.crashes++;
       if (orphans.some((delivery) => delivery.effectDone)) this.#stats.crashWindowKills++;
-      this.#crashRecords.push({ keys: orphans.map((delivery) => delivery.message.index) });
+      this.#crashRecords.push({ messageIndexes: orphans.map((delivery) => delivery.message.index) });
     } else {
       this.#stats.unexpectedExits++;
       const what = `worker ${worker.pid} exited unexpectedly (code ${code}, signal ${signal})`;

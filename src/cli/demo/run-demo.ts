@@ -42,7 +42,13 @@ export async function runDemo(options: DemoOptions): Promise<number> {
   const dir = mkdtempSync(join(tmpdir(), "oncely-demo-"));
   const recordsFile = join(dir, "records.sqlite");
   const sinkFile = join(dir, "sink.sqlite");
-  const sink = await Sink.open(sinkFile);
+  let sink: Sink;
+  try {
+    sink = await Sink.open(sinkFile);
+  } catch (error) {
+    rmSync(dir, { recursive: true, force: true });
+    throw error;
+  }
   // Create the records table before the workers race to.
   const backend = new SqliteBackend({ database: recordsFile });
   // Ctrl-C: stop the workers, then clean up as after any run.
