@@ -203,12 +203,22 @@ function bodyAsJson(input: PushInput): unknown {
   }
 }
 
-const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{2,3})?$/;
+const BASE64_CHARS = /^[A-Za-z0-9+/]*(={0,2})$/;
 
-/** Strict base64 (standard or URL-safe alphabet, padding optional); anything else is malformed. */
+/**
+ * Strict base64 (standard or URL-safe alphabet, padding optional); anything else is malformed.
+ * Checked by alphabet and length, not by a grouped pattern: a 10 MB message must not blow the regex stack.
+ */
 export function decodeBase64(value: string, field: string): Buffer {
   const normalized = value.replaceAll("-", "+").replaceAll("_", "/");
-  if (!BASE64.test(normalized)) return fail(`${field} is not valid base64`);
+  const match = BASE64_CHARS.exec(normalized);
+  const padding = match?.[1]?.length ?? 0;
+  const unpadded = normalized.length - padding;
+  const valid =
+    match !== null &&
+    unpadded % 4 !== 1 &&
+    (padding === 0 || (normalized.length % 4 === 0 && padding === (4 - (unpadded % 4)) % 4));
+  if (!valid) return fail(`${field} is not valid base64`);
   return Buffer.from(normalized, "base64");
 }
 
