@@ -347,7 +347,9 @@ export function crashStormScenario(backend: ScenarioBackend): void {
           duplicatesSuppressed: report.duplicatesSuppressed,
           orphanedClaims: report.orphanedClaims,
           maxStuckMs: report.maxStuckMs,
+          maxDeliveryAttempt: report.maxDeliveryAttempt,
           byOutcome: report.byOutcome,
+          nackReasons: report.nackReasons,
           wallMs: report.wallMs,
         };
         console.log(`[crash storm] ${JSON.stringify(figures)}`);

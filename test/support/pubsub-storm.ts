@@ -34,6 +34,8 @@ export interface StormOptions {
   readonly workMs?: number;
   /** @default 30 */
   readonly maxKills?: number;
+  /** The simulated subscription's dead-letter policy. @default 50 */
+  readonly maxDeliveryAttempts?: number;
   /** Each loop waits a random time in this range before picking a busy worker to kill. @default [150, 500] */
   readonly killEveryMs?: readonly [number, number];
   /** Printed while the storm runs. @default no progress */
@@ -59,6 +61,10 @@ export interface StormReport {
   /** Deliveries answered 2xx beyond one per message: redeliveries oncely answered without running anything. */
   readonly duplicatesSuppressed: number;
   readonly byOutcome: Readonly<Record<string, number>>;
+  /** Non-2xx deliveries by reason (status and the first words of the answer, or timeout/network-error). */
+  readonly nackReasons: Readonly<Record<string, number>>;
+  /** The most delivery attempts any message needed (compare with `maxDeliveryAttempts`). */
+  readonly maxDeliveryAttempt: number;
   readonly deadLettered: number;
   readonly pending: number;
   /** Keys a killed worker held mid-work whose claim it left behind. */
@@ -252,7 +258,7 @@ export async function runCrashStorm(options: StormOptions): Promise<StormReport>
     sim = new PushSimulator({
       endpoint: `http://127.0.0.1:${address.port}/`,
       backoff: { minMs: 50, maxMs: 1_000 },
-      maxDeliveryAttempts: 50,
+      maxDeliveryAttempts: options.maxDeliveryAttempts ?? 50,
       maxInFlight: 48,
       timeoutMs: 10_000,
     });
@@ -359,16 +365,19 @@ export async function runCrashStorm(options: StormOptions): Promise<StormReport>
   sink.close();
 
   const summary = (sim as PushSimulator).summary();
-  if (process.env.STORM_DEBUG) {
-    const bodies = new Map<string, number>();
-    for (const d of (sim as PushSimulator).deliveries) {
-      if (d.outcome.kind === "response" && d.outcome.status === 502) {
-        const k = d.outcome.body.replace(/\d+/g, "N");
-        bodies.set(k, (bodies.get(k) ?? 0) + 1);
-      }
-    }
-    console.log(bodies);
+  const nackReasons: Record<string, number> = {};
+  for (const d of (sim as PushSimulator).deliveries) {
+    if (d.acked) continue;
+    const reason =
+      d.outcome.kind === "response"
+        ? `${d.outcome.status} ${d.outcome.body
+            .trim()
+            .replace(/^worker \d+: /, "")
+            .replace(/[\d.:]+$/, "")}`
+        : d.outcome.kind;
+    nackReasons[reason] = (nackReasons[reason] ?? 0) + 1;
   }
+  const maxDeliveryAttempt = Math.max(0, ...(sim as PushSimulator).states().map((m) => m.attempts));
   const acked2xx = (sim as PushSimulator).deliveries.filter((d) => d.acked).length;
   return {
     messages,
@@ -382,6 +391,8 @@ export async function runCrashStorm(options: StormOptions): Promise<StormReport>
     staleWrites,
     duplicatesSuppressed: acked2xx - byKey.size,
     byOutcome: summary.byOutcome,
+    nackReasons,
+    maxDeliveryAttempt,
     deadLettered: summary.deadLettered,
     pending: summary.pending,
     orphanedClaims: orphans.length,
