@@ -92,8 +92,8 @@ const retryAfter = (ms: number) => String(Math.max(1, Math.ceil(ms / 1000)));
  * | store unavailable before the work | 503 + `Retry-After` |
  *
  * With `ONCELY_DISABLED=1|true|yes|on` (read per request) the handler runs unguarded after one
- * warning and the backend is never built. Options are validated here: a bad one throws
- * `ConfigurationError` at wrap time, not per message.
+ * warning and the backend is never built. A missing backend, an unknown `mode` or a `key` that is
+ * not a function throw `ConfigurationError` here, at wrap time.
  */
 export function idempotent<
   T = unknown,

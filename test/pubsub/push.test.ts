@@ -606,5 +606,42 @@ describe("idempotent: options are checked when wrapping", () => {
     const backend = files.backend();
     expect(() => idempotent(handler, { backend, mode: "queue" as "lock" })).toThrow(/mode/);
     expect(() => idempotent(handler, { backend, wait: 100 })).toThrow(/wait/);
+    expect(() => idempotent(handler, { backend, key: "orderId" as unknown as () => string })).toThrow(/key/);
+  });
+
+  it("a numeric option the core refuses fails the message (500), and nothing runs", async () => {
+    let runs = 0;
+    const { url, lines } = await serve(
+      "functions-framework",
+      () => {
+        runs++;
+      },
+      { leaseMs: 1 },
+    );
+    expect((await post(url, envelope({ a: 1 }))).status).toBe(500);
+    expect(runs).toBe(0);
+    expect(
+      lines.some((l) => l.level === "error" && String((l.fields.error as Error).message).includes("leaseMs")),
+    ).toBe(true);
+  });
+});
+
+describe("idempotent: onDuplicate", () => {
+  it("sees the first run's stored result; a throwing hook is logged and ignored", async () => {
+    const duplicates: unknown[] = [];
+    const { url, lines } = await serve(
+      "functions-framework",
+      (message) => ({ shipped: (message.json as { order: number }).order }),
+      {
+        onDuplicate: (info) => {
+          duplicates.push(info.result);
+          throw new Error("hook bug");
+        },
+      },
+    );
+    expect((await post(url, envelope({ order: 5 }))).status).toBe(204);
+    expect((await post(url, envelope({ order: 5 }))).status).toBe(204);
+    expect(duplicates).toEqual([{ available: true, value: { shipped: 5 } }]);
+    expect(lines.some((l) => l.level === "error" && l.message.includes("onDuplicate"))).toBe(true);
   });
 });
