@@ -28,7 +28,11 @@ async function time(fn, keys) {
   return Number(process.hrtime.bigint() - start) / 1e9;
 }
 
-const rows = { "bare Map claim/complete": [], "oncely lock() (heartbeat on)": [], "oncely lock() (heartbeat off)": [] };
+const rows = {
+  "bare Map claim/complete": [],
+  "oncely lock() (heartbeat on)": [],
+  "oncely lock() (heartbeat off)": [],
+};
 for (let round = 0; round < ROUNDS; round++) {
   const keys = Array.from({ length: N }, (_, i) => `r${round}-k${i}`);
   rows["bare Map claim/complete"].push(N / (await time(baseline, keys)));
