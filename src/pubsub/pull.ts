@@ -100,19 +100,35 @@ export function idempotentMessage<T = unknown>(
   const subscription =
     typeof options.subscription === "string" ? options.subscription : options.subscription?.name;
   return async function idempotentMessageListener(pulled: PullMessageLike): Promise<PullSettlement<T>> {
-    const message = fromPullMessage(pulled, subscription);
-    const outcome = await guard.run(message, (context) =>
-      handler(message, extendContext(context, { pulled })),
-    );
+    let outcome: GuardOutcome<T>;
+    try {
+      const message = fromPullMessage(pulled, subscription);
+      outcome = await guard.run(message, (context) => handler(message, extendContext(context, { pulled })));
+    } catch (error) {
+      // Only a message not of the documented shape (or a logger that throws) gets here.
+      outcome = { kind: "failed", key: undefined, error };
+      try {
+        guard.logger.error(
+          { messageId: pulled?.id, error },
+          "[oncely] [pubsub] could not process the message; nack",
+        );
+      } catch {
+        // a logger that throws gets no second chance
+      }
+    }
     const ack = outcome.kind === "ran" || outcome.kind === "duplicate" || outcome.kind === "unguarded";
     try {
       if (ack) pulled.ack();
       else pulled.nack();
     } catch (error) {
-      guard.logger.error(
-        { messageId: pulled.id, error },
-        `[oncely] [pubsub] ${ack ? "ack" : "nack"} threw; Pub/Sub redelivers after the ack deadline`,
-      );
+      try {
+        guard.logger.error(
+          { messageId: pulled.id, error },
+          `[oncely] [pubsub] ${ack ? "ack" : "nack"} threw; Pub/Sub redelivers after the ack deadline`,
+        );
+      } catch {
+        // a logger that throws gets no second chance
+      }
     }
     return { kind: ack ? "acked" : "nacked", outcome };
   };

@@ -205,6 +205,28 @@ describe("idempotentMessage", () => {
     expect(lines.some((l) => l.message.includes("ack threw"))).toBe(true);
   });
 
+  it("a message not of the documented shape is nacked, and the listener still resolves", async () => {
+    let runs = 0;
+    const { listen, lines } = listener(() => {
+      runs++;
+    });
+    const settled: string[] = [];
+    const broken = {
+      id: "p-7",
+      data: undefined as unknown as Buffer,
+      ack: () => settled.push("ack"),
+      nack: () => settled.push("nack"),
+    };
+    const settlement = await listen(broken);
+    expect([settlement.kind, settlement.outcome.kind, runs, settled]).toEqual([
+      "nacked",
+      "failed",
+      0,
+      ["nack"],
+    ]);
+    expect(lines.some((l) => l.level === "error")).toBe(true);
+  });
+
   it("drives the client library's own Message class", async () => {
     const calls: string[] = [];
     const subscriber = {
