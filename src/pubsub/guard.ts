@@ -188,8 +188,8 @@ export class MessageGuard<T> {
   }
 
   /**
-   * Runs `handler` for one decoded message under the guard. Never throws: every ending is an outcome.
-   * `unguardedContext` is what the handler gets when it runs without a claim.
+   * Runs `handler` for one decoded message under the guard (or unguarded when disabled, or keyless
+   * with `allowUnguarded`). Never throws: every ending is an outcome.
    */
   async run(
     message: PubSubMessage,
