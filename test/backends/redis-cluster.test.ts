@@ -62,7 +62,9 @@ backendContract(
     time: "server",
     create: ({ namespace }) => make(nodeRedis, namespace),
     corrupt: async (backend, key) => {
-      await nodeRedis.hSet(rawKey(backend, key), "s", "garbage");
+      // a value of the wrong type altogether
+      await nodeRedis.del(rawKey(backend, key));
+      await nodeRedis.hSet(rawKey(backend, key), "not", "a string");
     },
   },
 );

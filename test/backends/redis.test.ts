@@ -55,9 +55,9 @@ backendContract(
       namespaces.set(backend, namespace);
       return backend;
     },
-    // a hash with an impossible state: fence still readable, so the next claim continues above it
+    // a torn record whose fence is still readable: the next claim continues above it
     corrupt: async (backend, key) => {
-      await nodeRedis.hSet(rawKey(backend, key), "s", "garbage");
+      await nodeRedis.set(rawKey(backend, key), "1|d|1|not|a record");
     },
   },
 );
@@ -219,7 +219,7 @@ for (const [label, client] of [
         assert.equal((await backend.get(k))?.state, "claimed");
       }
       const k = `k-${randomUUID()}`;
-      await io.hset(rawKey(backend, k), "s", "weird", "f", "41");
+      await io.set(rawKey(backend, k), "1|x|41|torn record");
       const outcome = await backend.claim(k, claimOptions());
       assert.equal(outcome.kind === "won" && outcome.claim.fence, 42, "a readable fence is continued");
     });

@@ -1,15 +1,14 @@
 import { ConfigurationError, storageError } from "../../core/errors.js";
 import { validateNamespace } from "../../core/namespace.js";
 import { decodeRecord, visible } from "../../core/transitions.js";
-import {
-  type Backend,
-  type BackendCapabilities,
-  type Claim,
-  type ClaimOptions,
-  type ClaimOutcome,
-  ClaimVia,
-  type CompleteOptions,
-  type StoredRecord,
+import type {
+  Backend,
+  BackendCapabilities,
+  Claim,
+  ClaimOptions,
+  ClaimOutcome,
+  CompleteOptions,
+  StoredRecord,
 } from "../../core/types.js";
 import {
   createDriver,
@@ -19,7 +18,7 @@ import {
   type RedisFlavour,
   type Subscriber,
 } from "./redis-client.js";
-import { CLAIM, COMPLETE, DELETE_ONE, GET, RELEASE, RENEW } from "./scripts.js";
+import { CLAIM, COMPLETE, DELETE_ONE, GET, RELEASE, RENEW, unpackRecord, VIA_CODES } from "./scripts.js";
 
 export interface RedisBackendOptions {
   /**
@@ -51,7 +50,6 @@ export interface RedisBackendOptions {
 }
 
 type Won = Extract<ClaimOutcome, { kind: "won" }>;
-const VIAS = new Set<string>(Object.values(ClaimVia));
 
 function num(value: unknown): number {
   if (typeof value === "number") return value;
@@ -68,12 +66,6 @@ function bytes(value: unknown): Uint8Array | undefined {
   if (value === null || value === undefined) return undefined;
   const buffer = Buffer.isBuffer(value) ? value : Buffer.from(String(value), "latin1");
   return new Uint8Array(buffer.buffer.slice(buffer.byteOffset, buffer.byteOffset + buffer.byteLength));
-}
-
-function int(value: unknown): number | undefined {
-  if (value === null || value === undefined) return undefined;
-  const n = num(value);
-  return Number.isSafeInteger(n) ? n : undefined;
 }
 
 /** What a waiter compares to tell whether a record changed. */
@@ -170,11 +162,11 @@ export class RedisBackend implements Backend {
     const kind = num(reply[0]);
     const fence = num(reply[1]);
     if (kind === 1) {
-      const via = text(reply[3]) ?? "";
-      if (!VIAS.has(via)) throw new Error(`unexpected claim reply via ${via}`);
+      const via = VIA_CODES[num(reply[3])];
+      if (via === undefined) throw new Error(`unexpected claim reply via ${String(reply[3])}`);
       const won: Won = {
         kind: "won",
-        via: via as ClaimVia,
+        via,
         claim: {
           key,
           fence,
@@ -302,21 +294,11 @@ export class RedisBackend implements Backend {
     }
     if (!Array.isArray(reply)) return undefined;
     const now = num(reply[0]);
-    if (num(reply[1]) !== 0) return undefined;
-    const [s, f, t, l, e, p, r, c, d] = reply.slice(2) as unknown[];
-    if (s === null && f === null && t === null) return undefined;
-    const observed = decodeRecord({
-      key,
-      state: text(s),
-      fence: int(f),
-      token: text(t),
-      leaseUntil: int(l),
-      expiresAt: int(e),
-      fingerprint: text(p),
-      result: bytes(r),
-      claimedAt: int(c),
-      completedAt: int(d),
-    });
+    const raw = reply[2];
+    if (num(reply[1]) !== 0 || raw === null || raw === undefined) return undefined;
+    const observed = decodeRecord(
+      unpackRecord(key, Buffer.isBuffer(raw) ? raw : Buffer.from(String(raw), "latin1")),
+    );
     return visible(observed, now);
   }
 

@@ -97,16 +97,80 @@ export function createDriver(client: RedisClientLike): Driver {
     : new NodeRedisDriver(client as NodeRedisLike, flavour);
 }
 
+interface Queued {
+  readonly script: Script;
+  readonly key: string;
+  readonly args: readonly RedisArg[];
+  readonly buffers: boolean;
+  resolve(value: unknown): void;
+  reject(error: unknown): void;
+}
+
 class IoredisDriver implements Driver {
   readonly #client: IoredisLike;
   readonly flavour: RedisFlavour;
 
+  readonly #batching: boolean;
+  #queue: Queued[] = [];
+
   constructor(client: IoredisLike, flavour: RedisFlavour) {
     this.#client = client;
     this.flavour = flavour;
+    const options = (client as { options?: { enableAutoPipelining?: boolean } }).options;
+    this.#batching =
+      flavour === "ioredis" &&
+      typeof client.pipeline === "function" &&
+      options?.enableAutoPipelining !== true;
   }
 
-  async run(script: Script, key: string, args: readonly RedisArg[], buffers: boolean): Promise<unknown> {
+  /**
+   * Calls made in the same tick go out as one pipeline (one write, one syscall), as node-redis does on
+   * its own; ioredis only does so with `enableAutoPipelining`. Each call is still its own script run,
+   * so batching never changes a decision — only how many writes carry them.
+   */
+  run(script: Script, key: string, args: readonly RedisArg[], buffers: boolean): Promise<unknown> {
+    if (!this.#batching) return this.#direct(script, key, args, buffers);
+    return new Promise((resolve, reject) => {
+      this.#queue.push({ script, key, args, buffers, resolve, reject });
+      if (this.#queue.length === 1) process.nextTick(() => this.#flush());
+    });
+  }
+
+  #flush(): void {
+    const batch = this.#queue;
+    this.#queue = [];
+    if (batch.length === 1) {
+      const only = batch[0] as Queued;
+      this.#direct(only.script, only.key, only.args, only.buffers).then(only.resolve, only.reject);
+      return;
+    }
+    const pipeline = this.#client.pipeline?.();
+    for (const q of batch) {
+      if (q.buffers) pipeline.evalshaBuffer(q.script.sha, 1, q.key, ...q.args);
+      else pipeline.evalsha(q.script.sha, 1, q.key, ...q.args);
+    }
+    (pipeline.exec() as Promise<Array<[Error | null, unknown]> | null>).then(
+      (replies) => {
+        batch.forEach((q, i) => {
+          const [error, value] = replies?.[i] ?? [new Error("the pipeline returned no reply"), undefined];
+          if (error === null) q.resolve(value);
+          else if (isNoScript(error))
+            this.#eval(q.script, q.key, q.args, q.buffers).then(q.resolve, q.reject);
+          else q.reject(error);
+        });
+      },
+      (error: unknown) => {
+        for (const q of batch) q.reject(error);
+      },
+    );
+  }
+
+  #eval(script: Script, key: string, args: readonly RedisArg[], buffers: boolean): Promise<unknown> {
+    const c = this.#client;
+    return buffers ? c.evalBuffer(script.source, 1, key, ...args) : c.eval(script.source, 1, key, ...args);
+  }
+
+  async #direct(script: Script, key: string, args: readonly RedisArg[], buffers: boolean): Promise<unknown> {
     const c = this.#client;
     try {
       return await (buffers
