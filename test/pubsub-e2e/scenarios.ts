@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Logger } from "../../src/core/events.js";
 import { idempotent } from "../../src/pubsub/index.js";
-import { PushSimulator } from "../../src/testing/index.js";
+import { PushFormat, PushSimulator } from "../../src/testing/index.js";
 import { type PubSubEmulator, startPubSubEmulator } from "../support/pubsub-emulator.js";
 import {
   gate,
@@ -269,6 +269,40 @@ export function pubsubScenarios(backend: ScenarioBackend): void {
       expect(once).toHaveLength(1);
       expect(once[0]?.key).toBe("order:21");
       for (const s of subscriptions) await emulator.deleteSubscription(s);
+    });
+
+    it("CloudEvents in binary and structured mode processed once per subscription", async () => {
+      const sink = new Sink();
+      const endpoint = await sinkEndpoint("cloudevents", sink);
+      const sim = new PushSimulator({
+        endpoint: endpoint.url,
+        backoff: { minMs: 5, maxMs: 40 },
+        maxDeliveryAttempts: 20,
+        subscriptions: [
+          { name: "eventarc-binary", format: PushFormat.CloudEventBinary },
+          { name: "eventarc-structured", format: PushFormat.CloudEventStructured },
+          { name: "push-envelope", format: PushFormat.Envelope },
+        ],
+      });
+      simulators.push(sim);
+
+      const published = [1, 2, 3].map((orderId) => sim.publish({ data: { orderId } }, { copies: 2 }));
+      await sim.idle();
+
+      expect(sim.summary()).toMatchObject({ messages: 3, acked: 9, deadLettered: 0 });
+      for (const { messageId } of published) {
+        const effects = sink.effects.filter((e) => e.messageId === messageId);
+        // once per subscription: the default key is namespaced by subscription in every form
+        expect(effects.map((e) => e.subscription).sort()).toEqual(
+          ["eventarc-binary", "eventarc-structured", "push-envelope"].map(
+            (n) => `projects/oncely-sim/subscriptions/${n}`,
+          ),
+        );
+        expect(new Set(effects.map((e) => e.key)).size).toBe(3);
+        // both copies of every delivery were acked: one ran, the other was a duplicate (or lost a race, then was)
+        expect(sim.deliveriesOf(messageId).filter((d) => d.acked)).toHaveLength(6);
+      }
+      expect(sink.reruns).toBe(0);
     });
 
     it("mutex serializes distinct updates for one entity", async () => {
