@@ -4,24 +4,30 @@
  */
 import { fileURLToPath } from "node:url";
 import { integerOption, parseOptions, requiredOption, UsageError } from "./args.js";
+import { parseBackendUrl } from "./demo/backend-url.js";
 import { runDemo } from "./demo/run-demo.js";
 import { runWorker } from "./demo/worker.js";
 
 const USAGE = `Usage: oncely <command> [options]
 
 Commands:
-  demo      Run the effectively-once demo: worker processes consume a stream of messages with
-            duplicates, concurrent twins, transient failures and SIGKILLed workers, each delivery
-            guarded by lock() on an embedded SQLite file; prints a table and a verdict.
-            Exit code 0 when every message's side effect happened exactly once, 1 otherwise.
+  demo      Run the effectively-once demo, a Pub/Sub push storm: a push simulator delivers every
+            order over HTTP at least once (redeliveries, concurrent duplicates, republishes under a
+            new messageId, transient failures) to worker processes serving a push endpoint guarded
+            by idempotent() from oncely/pubsub, keyed by the orderId attribute; workers are
+            SIGKILLed mid-work and restarted. Prints progress, a table and a verdict.
+            Exit code 0 when every order's side effect happened exactly once and nothing was
+            dead-lettered, 1 otherwise.
 
 Options for demo:
-  --messages N   messages to publish (1-100000)                     [default: 400]
-  --workers N    worker processes (1-32)                            [default: 4]
-  --seed N       seed of the injected faults (same seed, same plan) [default: 1]
-  --lease-ms N   lock lease; a killed holder's key frees after it   [default: 1500]
-  --keep         keep the temp directory with the SQLite files
-  --help         show this help
+  --messages N     orders to publish (1-100000)                        [default: 400]
+  --workers N      worker processes (1-32)                             [default: 4]
+  --seed N         seed of the injected faults (same seed, same plan)  [default: 1]
+  --lease-ms N     lock lease; a killed holder's key frees after it    [default: 1500]
+  --backend URL    the guard's store: sqlite:<path> or redis://host:port
+                   (the keyed sink stays in SQLite)             [default: embedded SQLite]
+  --keep           keep the temp directory with the SQLite files
+  --help           show this help
 `;
 
 async function main(argv: readonly string[]): Promise<number> {
@@ -35,22 +41,34 @@ async function main(argv: readonly string[]): Promise<number> {
       process.stdout.write(USAGE);
       return 0;
     }
-    const options = parseOptions(rest, ["messages", "workers", "seed", "lease-ms"], ["keep"]);
+    const options = parseOptions(rest, ["messages", "workers", "seed", "lease-ms", "backend"], ["keep"]);
+    const backend = options.get("backend");
+    if (typeof backend === "string") {
+      try {
+        parseBackendUrl(backend, "");
+      } catch (error) {
+        throw new UsageError(
+          error instanceof Error ? error.message.replace(/^\[oncely\] /, "") : String(error),
+        );
+      }
+    }
     return runDemo({
       messages: integerOption(options, "messages", 400, 1, 100_000),
       workers: integerOption(options, "workers", 4, 1, 32),
       seed: integerOption(options, "seed", 1, 0, 2 ** 32 - 1),
       leaseMs: integerOption(options, "lease-ms", 1_500, 100, 600_000),
+      backend: typeof backend === "string" ? backend : undefined,
       keep: options.get("keep") === true,
       entry: fileURLToPath(import.meta.url),
       out: process.stdout,
     });
   }
   if (command === "__worker") {
-    const options = parseOptions(rest, ["records", "sink", "lease-ms"], []);
+    const options = parseOptions(rest, ["backend", "namespace", "sink", "lease-ms"], []);
     try {
       await runWorker({
-        recordsFile: requiredOption(options, "records"),
+        backend: requiredOption(options, "backend"),
+        namespace: requiredOption(options, "namespace"),
         sinkFile: requiredOption(options, "sink"),
         leaseMs: integerOption(options, "lease-ms", 1_500, 10, 600_000),
       });

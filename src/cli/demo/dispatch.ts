@@ -2,15 +2,16 @@
  * The seam between "how messages reach the guarded handler" and "what the run proves". A dispatch
  * plays the broker: it delivers every message of a plan at least once (with the plan's faults) until
  * each is acked, and reports what it saw. The table and the verdict only read a `DispatchReport`
- * and the sink, so a different dispatch (a Pub/Sub push storm against an HTTP endpoint) can replace
- * the forked workers without touching them.
+ * and the sink, so the way deliveries travel can change without touching them.
  */
 import type { DemoPlan } from "./plan.js";
 import type { CommittedRun } from "./verdict.js";
 
 /** A live view of a run, for the progress line. */
 export interface DispatchProgress {
+  /** Orders (business keys) in the plan. */
   readonly messages: number;
+  /** Orders whose first published message was acked. */
   readonly acked: number;
   readonly deliveries: number;
   readonly inFlight: number;
@@ -21,33 +22,46 @@ export interface DispatchProgress {
 
 /** What the dispatch saw, at the end of a run. */
 export interface DispatchReport {
+  /** Orders (business keys) in the plan. */
   readonly messages: number;
-  /** Deliveries handed to a handler (first deliveries, twins, redeliveries, retries). */
+  /** Messages published on the topic: one per order plus the republishes. */
+  readonly published: number;
+  /** ... of which republishes of a payload under a new messageId. */
+  readonly republished: number;
+  /** HTTP push deliveries the simulator made (first deliveries, duplicates, redeliveries, retries). */
   readonly deliveries: number;
-  /** Deliveries whose work ran to the end. */
-  readonly ran: number;
-  /** ... of which `complete` did not land (the key stayed claimable). */
-  readonly notCommitted: number;
-  /** Redeliveries of a finished key, suppressed without running the work. */
+  /** Deliveries answered 2xx (acked). */
+  readonly acks: number;
+  /** Deliveries of a key already done, answered 2xx without running the work (oncely's `duplicate`). */
   readonly duplicatesSuppressed: number;
-  /** Deliveries refused because another live holder had the key (nacked, retried later). */
+  /** Deliveries answered 503 because another live holder had the key (nacked, redelivered later). */
   readonly contentionRetries: number;
-  /** Injected transient failures (work threw before its side effect; nacked, retried). */
+  /** Deliveries answered 500 because the work threw (the injected transient failure; redelivered). */
   readonly transientFailures: number;
-  /** Other nacks (store trouble, lease lost before the side effect), with a sample message. */
+  /** Deliveries cut by a SIGKILL (answered 502 by the front, or a broken connection; redelivered). */
+  readonly crashNacks: number;
+  /** Other nacks and errors (store trouble, lease lost, unexpected statuses), with a sample message. */
   readonly errors: number;
   readonly errorSample: string | undefined;
-  /** Workers SIGKILLed by the dispatch. */
+  /** Workers SIGKILLed by the dispatch (each restarted). */
   readonly crashes: number;
-  /** ... after which every message the victim had in flight was acked elsewhere. */
+  /** ... after which every message the victim had in flight was acked later. */
   readonly crashesRecovered: number;
-  /** ... that hit a delivery between its side effect and its reported result (the crash window). */
+  /** ... that cut a delivery between its side effect and its answer (the crash window). */
   readonly crashWindowKills: number;
-  /** Deliveries lost with a killed worker and redelivered. */
+  /** Deliveries a kill cut (their request failed; the simulator redelivered each). */
   readonly orphanedDeliveries: number;
+  /** Messages the simulator dead-lettered (must be 0). */
+  readonly deadLettered: number;
+  /** Messages neither acked nor dead-lettered when the run ended (must be 0). */
+  readonly pending: number;
+  /** The highest `deliveryAttempt` any message reached. */
+  readonly maxDeliveryAttempt: number;
+  /** The dead-letter policy's `maxDeliveryAttempts`. */
+  readonly maxDeliveryAttempts: number;
   /** Workers that died without being killed by the dispatch (always a defect). */
   readonly unexpectedExits: number;
-  /** Every (key, fence) whose `complete` a handler reported as committed. */
+  /** Every (key, fence) whose `complete` was reported committed. */
   readonly committed: readonly CommittedRun[];
   readonly wallMs: number;
 }
@@ -56,7 +70,7 @@ export interface DispatchReport {
 export interface Dispatch {
   /** Delivers every message until each is acked; rejects if the run cannot finish in time. */
   run(plan: DemoPlan): Promise<DispatchReport>;
-  /** Ends a `run` early: it stops its handlers and rejects with `reason`. */
+  /** Ends a `run` early: it stops its workers and rejects with `reason`. */
   abort(reason: Error): void;
   /** A snapshot for the progress line; callable at any time during `run`. */
   progress(): DispatchProgress;

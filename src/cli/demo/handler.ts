@@ -1,14 +1,29 @@
 /**
- * The guarded handler every dispatch drives: one delivery in, one broker decision out. It is the
- * part a user would write — `lock` around work whose side effect lands in a sink keyed by the
- * message key — so a forked worker and an HTTP push endpoint can share it unchanged.
+ * The push endpoint every demo worker serves: `idempotent` from oncely/pubsub around work whose side
+ * effect lands in a sink keyed by the business key (the `orderId` attribute), so that redeliveries,
+ * concurrent duplicates and republishes under a new messageId all take effect once. It is the part a
+ * user would write in a Cloud Run push service.
  */
-import { InProgressError } from "../../core/errors.js";
-import type { Logger } from "../../core/events.js";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Logger, OncelyEvent } from "../../core/events.js";
 import type { Backend } from "../../core/types.js";
-import { lock } from "../../core/verbs.js";
-import type { DeliverMessage, DeliveryOutcome } from "./protocol.js";
+import { idempotent } from "../../pubsub/index.js";
+import { DELIVERY_HEADER } from "./protocol.js";
 import type { Sink } from "./sink.js";
+
+/** The attribute that carries the business key. */
+export const ORDER_ATTRIBUTE = "orderId";
+
+/** What each demo message carries in its data: the work to simulate for its order. */
+export interface OrderWork {
+  readonly orderId: string;
+  /** Executions of the work that throw before the side effect (each answered 500, redelivered). */
+  readonly transientFailures: number;
+  /** Simulated work before the side effect, in milliseconds. */
+  readonly beforeEffectMs: number;
+  /** Simulated work after the side effect and before `complete` (the crash window), in milliseconds. */
+  readonly afterEffectMs: number;
+}
 
 export interface GuardedHandlerOptions {
   readonly backend: Backend;
@@ -17,48 +32,67 @@ export interface GuardedHandlerOptions {
   /** Recorded with every side effect (the verdict matches it against the kills). */
   readonly pid: number;
   readonly logger: Logger;
-  /** Called right after the side effect, before `complete`: the crash window opens. */
+  readonly onEvent?: ((event: OncelyEvent) => void) | undefined;
+  /** Called right after the side effect, before `complete`, with the front's delivery id. */
   readonly onEffect?: ((id: number) => void) | undefined;
 }
 
 /** The injected transient failure: thrown by the work before its side effect. */
-class InjectedFault extends Error {
+export class InjectedFault extends Error {
   override name = "InjectedFault";
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-/** Creates the handler: each call processes one delivery and resolves to ack/nack with the reason. */
+function isDelay(value: unknown): value is number {
+  return typeof value === "number" && Number.isSafeInteger(value) && value >= 0 && value <= 60_000;
+}
+
+/** Reads a message's work; a payload that is not one is a handler error (500). */
+export function parseWork(json: unknown): OrderWork {
+  const w = json as Partial<OrderWork> | null;
+  if (
+    typeof w !== "object" ||
+    w === null ||
+    typeof w.orderId !== "string" ||
+    !isDelay(w.transientFailures) ||
+    !isDelay(w.beforeEffectMs) ||
+    !isDelay(w.afterEffectMs)
+  ) {
+    throw new TypeError("the message data is not a demo order");
+  }
+  return w as OrderWork;
+}
+
+/** Creates the HTTP push handler `(req, res)`. */
 export function createGuardedHandler(
   options: GuardedHandlerOptions,
-): (delivery: DeliverMessage) => Promise<DeliveryOutcome> {
+): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
   const { backend, sink, leaseMs, pid, logger } = options;
-  return async function handleDelivery(delivery) {
-    let absorbed = false;
-    try {
-      const outcome = await lock(
-        delivery.key,
-        async ({ key, fence, signal }) => {
-          await sleep(delivery.beforeEffectMs);
-          if (sink.faultsFor(key) < delivery.transientFailures) {
-            sink.recordFault(key, fence, pid);
-            throw new InjectedFault(`injected transient failure for ${key}`);
-          }
-          // A claim lost before the side effect must not perform it.
-          signal.throwIfAborted();
-          absorbed = sink.recordEffect(key, fence, pid).kind === "absorbed";
-          options.onEffect?.(delivery.id);
-          // More work after the side effect: a kill here is the crash window.
-          await sleep(delivery.afterEffectMs);
-        },
-        { backend, leaseMs, codec: false, logger },
-      );
-      if (outcome.kind === "duplicate") return { kind: "duplicate", fence: outcome.fence };
-      return { kind: "ran", fence: outcome.fence, committed: outcome.committed, absorbed };
-    } catch (error) {
-      if (error instanceof InProgressError) return { kind: "in_progress", retryAfterMs: error.retryAfterMs };
-      if (error instanceof InjectedFault) return { kind: "transient" };
-      return { kind: "error", message: error instanceof Error ? error.message : String(error) };
-    }
-  };
+  return idempotent<void>(
+    async (message, { key, fence, signal, request }) => {
+      const work = parseWork(message.json);
+      await sleep(work.beforeEffectMs);
+      if (sink.faultsFor(key) < work.transientFailures) {
+        sink.recordFault(key, fence, pid);
+        throw new InjectedFault(`injected transient failure for ${key}`);
+      }
+      // A claim lost before the side effect must not perform it.
+      signal.throwIfAborted();
+      sink.recordEffect(key, fence, pid);
+      const id = Number(request.headers[DELIVERY_HEADER]);
+      if (Number.isSafeInteger(id)) options.onEffect?.(id);
+      // More work after the side effect: a kill here is the crash window.
+      await sleep(work.afterEffectMs);
+    },
+    {
+      backend,
+      // The business key: a republish under a new messageId carries the same orderId.
+      key: (message) => message.attributes[ORDER_ATTRIBUTE],
+      leaseMs,
+      codec: false,
+      logger,
+      onEvent: options.onEvent,
+    },
+  );
 }

@@ -3,12 +3,17 @@ import { seededRandom } from "./random.js";
 /** What the broker will do to one message: the faults injected around its delivery. */
 export interface MessagePlan {
   readonly index: number;
-  /** The message's idempotency key (also the sink's key). */
+  /** The order's business key (the `orderId` attribute, the idempotency key and the sink's key). */
   readonly key: string;
   /** Redeliveries sent after the message was acked (a broker that lost the ack). */
   readonly redeliveriesAfterAck: number;
-  /** Whether the first delivery goes to two workers at the same time. */
+  /** Whether the first delivery is pushed twice at the same instant (concurrent duplicates). */
   readonly concurrentTwin: boolean;
+  /**
+   * Whether the producer publishes the same payload again under a new messageId, this many
+   * milliseconds after the first publish (`undefined`: no republish). Only the business key catches it.
+   */
+  readonly republishAfterMs: number | undefined;
   /** How many executions of the work throw before the side effect (then are retried). */
   readonly transientFailures: number;
   /** Simulated work before the side effect, in milliseconds. */
@@ -22,7 +27,8 @@ export interface DemoPlan {
   readonly seed: number;
   readonly messages: readonly MessagePlan[];
   /**
-   * Kill points: after this many acks, the dispatcher SIGKILLs a busy worker (chosen by `seed`).
+   * Kill points: after this many orders are acked, the dispatcher SIGKILLs a busy worker (chosen by
+   * `dispatchSeed`).
    * Strictly increasing.
    */
   readonly killAfterAcks: readonly number[];
@@ -38,6 +44,8 @@ export interface FaultRates {
   readonly concurrentTwin: number;
   /** @default 0.1 */
   readonly transientFailure: number;
+  /** @default 0.1 */
+  readonly republish: number;
   /** Acks between two kills, on average. @default 45 */
   readonly acksPerKill: number;
 }
@@ -47,6 +55,7 @@ export const DEFAULT_FAULT_RATES: FaultRates = {
   redelivery: 0.25,
   concurrentTwin: 0.15,
   transientFailure: 0.1,
+  republish: 0.1,
   acksPerKill: 45,
 };
 
@@ -63,6 +72,7 @@ export function planDemo(messages: number, seed: number, rates: FaultRates = DEF
       transientFailures: random.chance(rates.transientFailure) ? random.int(1, 2) : 0,
       beforeEffectMs: random.int(5, 40),
       afterEffectMs: random.int(5, 40),
+      republishAfterMs: random.chance(rates.republish) ? random.int(0, 400) : undefined,
     });
   }
   const killAfterAcks: number[] = [];

@@ -9,9 +9,9 @@ import { describeProblems, type Verdict } from "./verdict.js";
 export function formatProgress(p: DispatchProgress, elapsedMs: number): string {
   const percent = p.messages === 0 ? 100 : Math.floor((100 * p.acked) / p.messages);
   return (
-    `[${(elapsedMs / 1000).toFixed(1)}s] ${p.acked}/${p.messages} acked (${percent}%)` +
-    ` · ${p.deliveries} deliveries · ${p.inFlight} in flight · ${p.duplicates} duplicates suppressed` +
-    ` · ${p.contention} contention retries · ${p.crashes} workers killed`
+    `[${(elapsedMs / 1000).toFixed(1)}s] ${p.acked}/${p.messages} orders acked (${percent}%)` +
+    ` · ${p.deliveries} pushes · ${p.inFlight} in flight · ${p.duplicates} duplicates suppressed` +
+    ` · ${p.contention} contention nacks (503) · ${p.crashes} workers killed`
   );
 }
 
@@ -60,22 +60,30 @@ export function tableRows(
 ): [string, string][] {
   const rows: [string, string][] = [
     ["messages", String(report.messages)],
-    ["deliveries", String(report.deliveries)],
+    ["  published (incl. republishes, new messageId)", String(report.published)],
+    ["deliveries (HTTP pushes)", String(report.deliveries)],
     ["side effects (keyed sink)", String(verdict.keyedEffects)],
     ["side-effect executions", String(verdict.executions)],
     ["duplicates suppressed", String(report.duplicatesSuppressed)],
-    ["contention retries (nacked)", String(report.contentionRetries)],
-    ["transient failures (retried)", String(report.transientFailures)],
-    ["crashes recovered (SIGKILL)", `${report.crashesRecovered}/${report.crashes}`],
+    ["contention nacks (503)", String(report.contentionRetries)],
+    ["transient failures (500, redelivered)", String(report.transientFailures)],
+    ["crash recoveries (SIGKILL, restarted)", `${report.crashesRecovered}/${report.crashes}`],
     ["  killed inside the crash window", String(report.crashWindowKills)],
-    ["  deliveries redelivered after a crash", String(report.orphanedDeliveries)],
-    ["crash-window re-runs absorbed", String(verdict.reruns.length)],
-    ["other nacks (store errors, lost leases)", String(report.errors)],
+    ["  pushes cut by a kill (502, redelivered)", String(report.crashNacks)],
+    ["crash-window re-runs absorbed by the keyed sink", String(verdict.reruns.length)],
+    ["dead-lettered (must be 0)", String(report.deadLettered)],
+    ["max deliveryAttempt", `${report.maxDeliveryAttempt} of ${report.maxDeliveryAttempts}`],
+    ["other errors", String(report.errors)],
     ["wall time", `${(report.wallMs / 1000).toFixed(1)} s`],
   ];
   if (store !== undefined)
-    rows.splice(4, 0, ["keys recorded done by oncely", `${store.keysDone}/${report.messages}`]);
+    rows.splice(5, 0, ["keys recorded done by oncely", `${store.keysDone}/${report.messages}`]);
   return rows;
+}
+
+/** True when the run passes: the verdict holds and the topic dead-lettered or stranded nothing. */
+export function passed(report: DispatchReport, verdict: Verdict): boolean {
+  return verdict.kind === "pass" && report.deadLettered === 0 && report.pending === 0;
 }
 
 /** The table and the verdict line, ready to print. */
@@ -99,16 +107,20 @@ export function formatReport(report: DispatchReport, verdict: Verdict, store?: S
 
 /** The one-line verdict. */
 export function verdictLine(report: DispatchReport, verdict: Verdict): string {
-  if (verdict.kind === "fail") {
-    const missing = verdict.problems.filter((p) => p.kind === "missing").length;
-    const doubled = verdict.problems.filter((p) => p.kind === "doubled").length;
-    const other = verdict.problems.length - missing - doubled;
-    return `verdict: FAIL — ${missing} missing, ${doubled} doubled${other > 0 ? `, ${other} other` : ""} (of ${verdict.messages} messages)`;
+  if (!passed(report, verdict)) {
+    const missing = verdict.kind === "fail" ? verdict.problems.filter((p) => p.kind === "missing").length : 0;
+    const doubled = verdict.kind === "fail" ? verdict.problems.filter((p) => p.kind === "doubled").length : 0;
+    const other = verdict.kind === "fail" ? verdict.problems.length - missing - doubled : 0;
+    const topic =
+      report.deadLettered > 0 || report.pending > 0
+        ? `, ${report.deadLettered} dead-lettered, ${report.pending} never settled`
+        : "";
+    return `verdict: FAIL — ${missing} missing, ${doubled} doubled${other > 0 ? `, ${other} other` : ""}${topic} (of ${verdict.messages} messages)`;
   }
   const reruns = verdict.reruns.length;
   return (
     `verdict: PASS — ${verdict.messages === 1 ? "the message" : `every one of ${verdict.messages} messages`} took effect exactly once in the keyed sink` +
-    ` across ${report.deliveries} deliveries and ${report.crashes} worker kills` +
+    ` across ${report.deliveries} deliveries and ${report.crashes} worker kills, none dead-lettered` +
     (reruns > 0
       ? `; ${reruns} re-run${reruns === 1 ? "" : "s"} after a kill in the crash window (side effect done, complete not committed) absorbed by the sink's key`
       : "; no kill landed in the crash window")

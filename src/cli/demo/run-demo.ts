@@ -1,16 +1,17 @@
 /**
- * `oncely demo`: plans a storm from the seed, runs it through a dispatch, then judges what the sink
- * recorded and prints the table and the verdict.
+ * `oncely demo`: plans a Pub/Sub push storm from the seed, runs it (simulator → front → worker
+ * processes serving the `idempotent`-guarded endpoint), then judges what the keyed sink recorded and
+ * prints the table and the verdict.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { SqliteBackend } from "../../backends/sqlite/index.js";
 import { RecordState } from "../../core/types.js";
-import type { Dispatch } from "./dispatch.js";
-import { ForkedDispatch } from "./forked-dispatch.js";
+import { type BackendSpec, type OpenedBackend, openBackend, parseBackendUrl } from "./backend-url.js";
+import type { Dispatch, DispatchReport } from "./dispatch.js";
 import { planDemo } from "./plan.js";
-import { formatProgress, formatReport, ProgressPrinter } from "./report.js";
+import { PushDispatch } from "./push-dispatch.js";
+import { formatProgress, formatReport, ProgressPrinter, passed } from "./report.js";
 import { Sink } from "./sink.js";
 import { judge } from "./verdict.js";
 
@@ -24,6 +25,8 @@ export interface DemoOptions {
   readonly seed: number;
   /** The lock's lease; a killed holder's key frees after it. @default 1_500 */
   readonly leaseMs: number;
+  /** `--backend`: `sqlite:<path>`, `redis://host:port`, or `undefined` for the embedded SQLite file. */
+  readonly backend: string | undefined;
   /** Keep the temp directory (the SQLite files) for inspection. @default false */
   readonly keep: boolean;
   /** The built CLI script, forked as the workers. */
@@ -31,26 +34,51 @@ export interface DemoOptions {
   readonly out: NodeJS.WriteStream;
 }
 
-/** Arguments that turn the CLI into a worker process reading these stores. */
-export function workerArgs(recordsFile: string, sinkFile: string, leaseMs: number): string[] {
-  return ["__worker", "--records", recordsFile, "--sink", sinkFile, "--lease-ms", String(leaseMs)];
+/** Arguments that turn the CLI into a worker process serving the guarded endpoint. */
+export function workerArgs(backend: string, namespace: string, sinkFile: string, leaseMs: number): string[] {
+  return [
+    "__worker",
+    "--backend",
+    backend,
+    "--namespace",
+    namespace,
+    "--sink",
+    sinkFile,
+    "--lease-ms",
+    String(leaseMs),
+  ];
 }
 
-/** Runs the demo; resolves to the process exit code (0 pass, 1 a missing or doubled side effect). */
+/** The URL workers are given for `spec` (always explicit: they must open the very same store). */
+function workerUrl(spec: BackendSpec): string {
+  return spec.kind === "sqlite" ? `sqlite:${spec.file}` : spec.url;
+}
+
+/** Runs the demo; resolves to the exit code (0 pass, 1 a missing or doubled side effect or a dead letter). */
 export async function runDemo(options: DemoOptions): Promise<number> {
   const { out } = options;
   const dir = mkdtempSync(join(tmpdir(), "oncely-demo-"));
-  const recordsFile = join(dir, "records.sqlite");
+  const spec = parseBackendUrlOrClean(options.backend, join(dir, "records.sqlite"), dir);
+  // Each run keys its records under its own namespace: a store shared with earlier runs never answers for this one.
+  const namespace = `oncely-demo-${Date.now().toString(36)}-${process.pid}`;
   const sinkFile = join(dir, "sink.sqlite");
   let sink: Sink;
+  let opened: OpenedBackend;
   try {
     sink = await Sink.open(sinkFile);
   } catch (error) {
     rmSync(dir, { recursive: true, force: true });
     throw error;
   }
-  // Create the records table before the workers race to.
-  const backend = new SqliteBackend({ database: recordsFile });
+  try {
+    // Opening here also creates the SQLite table before the workers race to, and fails fast on a bad URL.
+    opened = await openBackend(spec, namespace);
+  } catch (error) {
+    sink.close();
+    rmSync(dir, { recursive: true, force: true });
+    throw error;
+  }
+  const { backend } = opened;
   // Ctrl-C: stop the workers, then clean up as after any run.
   let dispatch: Dispatch | undefined;
   let interrupted = false;
@@ -59,20 +87,22 @@ export async function runDemo(options: DemoOptions): Promise<number> {
     dispatch?.abort(new Error("interrupted"));
   };
   process.once("SIGINT", interrupt);
+  const plan = planDemo(options.messages, options.seed);
   try {
     await backend.get("oncely-demo-warmup");
-    const plan = planDemo(options.messages, options.seed);
     out.write(
-      `oncely demo: ${options.messages} messages, ${options.workers} worker processes, seed ${options.seed}, ` +
-        `lease ${options.leaseMs} ms, SQLite in ${dir}\n` +
-        `faults: ${plan.messages.filter((m) => m.redeliveriesAfterAck > 0).length} messages redelivered after ack, ` +
-        `${plan.messages.filter((m) => m.concurrentTwin).length} delivered to two workers at once, ` +
+      `oncely demo: Pub/Sub push storm — ${options.messages} orders, ${options.workers} worker processes behind one push endpoint, ` +
+        `seed ${options.seed}, lease ${options.leaseMs} ms\n` +
+        `guard: idempotent() keyed by the orderId attribute on ${opened.label} (namespace ${namespace}); keyed sink: SQLite in ${dir}\n` +
+        `faults: ${plan.messages.filter((m) => m.concurrentTwin).length} pushed twice at once, ` +
+        `${plan.messages.filter((m) => m.redeliveriesAfterAck > 0).length} redelivered after the ack, ` +
+        `${plan.messages.filter((m) => m.republishAfterMs !== undefined).length} republished under a new messageId, ` +
         `${plan.messages.filter((m) => m.transientFailures > 0).length} with transient failures, ` +
         `${plan.killAfterAcks.length} worker kills (SIGKILL)\n`,
     );
-    const running: Dispatch = new ForkedDispatch({
+    const running: Dispatch = new PushDispatch({
       entry: options.entry,
-      workerArgs: workerArgs(recordsFile, sinkFile, options.leaseMs),
+      workerArgs: workerArgs(workerUrl(spec), namespace, sinkFile, options.leaseMs),
       workers: options.workers,
       sink,
     });
@@ -81,7 +111,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
     const started = Date.now();
     const draw = () => formatProgress(running.progress(), Date.now() - started);
     const ticker = setInterval(() => printer.update(draw()), 200);
-    let report: Awaited<ReturnType<Dispatch["run"]>>;
+    let report: DispatchReport;
     try {
       report = await running.run(plan);
     } catch (error) {
@@ -93,24 +123,44 @@ export async function runDemo(options: DemoOptions): Promise<number> {
       clearInterval(ticker);
     }
     printer.done(draw());
+    // What the guard's own store says, read back from it.
+    let done = 0;
+    const committed = [...report.committed];
+    for (const message of plan.messages) {
+      const record = await backend.get(message.key);
+      if (record?.state === RecordState.Done) {
+        done++;
+        // A `completed` event lost with a killed worker still counts: the store says it committed.
+        committed.push({ key: message.key, fence: record.fence });
+      }
+    }
     const contents = sink.read();
     const verdict = judge({
       keys: plan.messages.map((m) => m.key),
       journal: contents.journal,
       effects: contents.effects,
-      committed: report.committed,
+      committed,
     });
-    let done = 0;
-    for (const message of plan.messages) {
-      if ((await backend.get(message.key))?.state === RecordState.Done) done++;
-    }
     out.write(`${formatReport(report, verdict, { keysDone: done })}\n`);
-    return verdict.kind === "pass" ? 0 : 1;
+    return passed(report, verdict) ? 0 : 1;
   } finally {
     process.off("SIGINT", interrupt);
     sink.close();
-    await backend.close();
+    if (spec.kind !== "sqlite" || !spec.embedded) {
+      // Leave nothing behind on a shared store.
+      for (const message of plan.messages) await backend.delete?.(message.key).catch(() => false);
+    }
+    await opened.close();
     if (options.keep) out.write(`kept ${dir}\n`);
     else rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function parseBackendUrlOrClean(raw: string | undefined, embeddedFile: string, dir: string): BackendSpec {
+  try {
+    return parseBackendUrl(raw, embeddedFile);
+  } catch (error) {
+    rmSync(dir, { recursive: true, force: true });
+    throw error;
   }
 }

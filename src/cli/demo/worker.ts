@@ -1,54 +1,73 @@
 /**
- * A demo worker: a child process that takes deliveries from the coordinator over IPC and runs each
- * through the guarded handler on the shared SQLite file. It may be SIGKILLed at any moment; that is
- * the point.
+ * A demo worker: a child process serving the guarded push endpoint on 127.0.0.1 (a port it picks and
+ * reports to the coordinator over IPC). The coordinator's front routes the simulator's deliveries to
+ * it. It may be SIGKILLed at any moment; that is the point.
  */
-import { SqliteBackend } from "../../backends/sqlite/index.js";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import type { Logger } from "../../core/events.js";
-import { createGuardedHandler } from "./handler.js";
-import type { FromWorker, ToWorker } from "./protocol.js";
+import { openBackend, parseBackendUrl } from "./backend-url.js";
+import { createGuardedHandler, InjectedFault } from "./handler.js";
+import type { FromWorker } from "./protocol.js";
 import { Sink } from "./sink.js";
 
 /** Where a worker finds the stores, and its lease. */
 export interface WorkerOptions {
-  readonly recordsFile: string;
+  /** The `--backend` URL (the coordinator always passes one, `sqlite:<file>` for the embedded store). */
+  readonly backend: string;
+  /** The run's namespace on that store. */
+  readonly namespace: string;
   readonly sinkFile: string;
   readonly leaseMs: number;
 }
 
-/** Runs the worker loop until the coordinator says stop or goes away. */
+/** Serves until the coordinator goes away (IPC disconnect). */
 export async function runWorker(options: WorkerOptions): Promise<void> {
   const send = (message: FromWorker) => {
     if (process.connected) process.send?.(message);
   };
-  // oncely's own warnings go to the coordinator, which reports them; the worker prints nothing.
-  const logger: Logger = {
-    warn: (_fields, message) => send({ type: "log", level: "warn", message: message ?? "" }),
-    error: (_fields, message) => send({ type: "log", level: "error", message: message ?? "" }),
-  };
-  const backend = new SqliteBackend({ database: options.recordsFile });
+  // oncely's own log lines go to the coordinator, which counts and reports them; the worker prints nothing.
+  const forward =
+    (level: "warn" | "error"): Logger["warn"] =>
+    (fields, message) =>
+      send({ type: "log", level, message: message ?? "", injected: fields.error instanceof InjectedFault });
+  const logger: Logger = { warn: forward("warn"), error: forward("error") };
+  const opened = await openBackend(parseBackendUrl(options.backend, options.backend), options.namespace);
   const sink = await Sink.open(options.sinkFile);
   const handle = createGuardedHandler({
-    backend,
+    backend: opened.backend,
     sink,
     leaseMs: options.leaseMs,
     pid: process.pid,
     logger,
+    onEvent: (event) =>
+      send({ type: "event", event: event.type, keyHash: event.keyHash, fence: event.fence }),
     onEffect: (id) => send({ type: "effect", id }),
   });
+  const server = createServer((req, res) => {
+    handle(req, res).catch((error: unknown) => {
+      // idempotent() answers every outcome itself; this is a last resort that keeps the worker up.
+      send({ type: "log", level: "error", message: String(error), injected: false });
+      if (!res.headersSent) res.writeHead(500).end();
+    });
+  });
+  server.keepAliveTimeout = 30_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", resolve);
+  });
+  const { port } = server.address() as AddressInfo;
 
+  let stopping = false;
   const shutdown = async () => {
-    await backend.close().catch(() => {});
+    if (stopping) return;
+    stopping = true;
+    server.closeAllConnections();
+    server.close();
+    await opened.close().catch(() => {});
     sink.close();
     process.exit(0);
   };
   process.on("disconnect", () => void shutdown());
-  process.on("message", (message: ToWorker) => {
-    if (message.type === "stop") {
-      void shutdown();
-      return;
-    }
-    void handle(message).then((outcome) => send({ type: "result", id: message.id, outcome }));
-  });
-  send({ type: "ready", pid: process.pid });
+  send({ type: "ready", pid: process.pid, port });
 }
