@@ -58,6 +58,7 @@ export interface SimulatedSubscription {
   readonly maxDeliveryAttempts?: number | undefined;
 }
 
+/** Options of `PushSimulator`; every one has a default except an endpoint. */
 export interface PushSimulatorOptions {
   /** Where deliveries go unless a subscription names its own endpoint. */
   readonly endpoint?: string | undefined;
@@ -121,6 +122,7 @@ export interface PublishedMessage {
 /** Where a message stands on one subscription. */
 export type MessageStatus = "pending" | "acked" | "dead-lettered";
 
+/** One message on one subscription: its status and how many delivery attempts it has had. */
 export interface MessageState {
   readonly messageId: string;
   readonly subscription: string;
@@ -129,6 +131,7 @@ export interface MessageState {
   readonly attempts: number;
 }
 
+/** A message to publish on the simulated topic. */
 export interface PublishInput {
   /** Bytes, a string (UTF-8), or any other value (sent as JSON). */
   readonly data: Buffer | Uint8Array | string | unknown;
@@ -136,6 +139,7 @@ export interface PublishInput {
   readonly orderingKey?: string | undefined;
 }
 
+/** How a publish is delivered: duplicate chains, their spacing, which subscriptions. */
 export interface PublishOptions {
   /**
    * Duplicate chains started for each subscription: each copy is delivered independently and
@@ -347,6 +351,7 @@ export class PushSimulator {
     return this.states().filter((s) => s.status === "dead-lettered");
   }
 
+  /** Totals over every message and delivery so far. */
   summary(): SimulatorSummary {
     const byOutcome: Record<string, number> = {};
     for (const d of this.#deliveries) {
@@ -364,7 +369,10 @@ export class PushSimulator {
     };
   }
 
-  /** Stops every pending redelivery, aborts nothing in flight, and frees the connections. */
+  /**
+   * Stops every scheduled redelivery and drops the connections (requests still in flight are cut and
+   * not recorded). Pending `idle()` calls resolve. Publishing afterwards throws.
+   */
   async close(): Promise<void> {
     this.#closed = true;
     for (const timer of this.#timers) clearTimeout(timer);

@@ -34,7 +34,9 @@ export interface StormOptions {
   readonly workMs?: number;
   /** @default 30 */
   readonly maxKills?: number;
-  /** The simulated subscription's dead-letter policy. @default 50 */
+  /** Messages published but not yet settled, at most; publishing waits below it. @default 100 */
+  readonly backlog?: number;
+  /** The simulated subscription's dead-letter policy. @default 25 */
   readonly maxDeliveryAttempts?: number;
   /** Each loop waits a random time in this range before picking a busy worker to kill. @default [150, 500] */
   readonly killEveryMs?: readonly [number, number];
@@ -123,6 +125,7 @@ export async function runCrashStorm(options: StormOptions): Promise<StormReport>
   const maxKills = options.maxKills ?? 30;
   const [killLow, killHigh] = options.killEveryMs ?? [150, 500];
   const progress = options.progress ?? (() => {});
+  const backlog = options.backlog ?? 100;
   const sinkFile = join(options.dir, "sink.sqlite");
   const sink = new Database(sinkFile);
   sink.pragma("journal_mode = WAL");
@@ -258,13 +261,23 @@ export async function runCrashStorm(options: StormOptions): Promise<StormReport>
     sim = new PushSimulator({
       endpoint: `http://127.0.0.1:${address.port}/`,
       backoff: { minMs: 50, maxMs: 1_000 },
-      maxDeliveryAttempts: options.maxDeliveryAttempts ?? 50,
+      maxDeliveryAttempts: options.maxDeliveryAttempts ?? 25,
       maxInFlight: 48,
       timeoutMs: 10_000,
     });
-    for (let n = 0; n < messages; n++) {
-      sim.publish({ data: { n } }, { copies: between(2, 3), copyDelayMs: () => between(0, 300) });
-    }
+    // Publish as the endpoint keeps up (at most `backlog` unsettled messages), so that redeliveries are
+    // not stuck behind a queue of first deliveries and do meet the live leases of dead holders.
+    const feeder = (async () => {
+      for (let n = 0; n < messages; ) {
+        if (sim.summary().pending >= backlog) {
+          await sleep(10);
+          continue;
+        }
+        for (const end = Math.min(messages, n + 10); n < end; n++) {
+          sim.publish({ data: { n } }, { copies: between(2, 3), copyDelayMs: () => between(0, 300) });
+        }
+      }
+    })();
 
     let storming = true;
     const killer = (async () => {
@@ -306,6 +319,7 @@ export async function runCrashStorm(options: StormOptions): Promise<StormReport>
       }
     })();
 
+    await feeder;
     await sim.idle();
     storming = false;
     await killer;
