@@ -5,6 +5,7 @@
 import { fileURLToPath } from "node:url";
 import { integerOption, parseOptions, requiredOption, UsageError } from "./args.js";
 import { parseBackendUrl } from "./demo/backend-url.js";
+import type { KeyBy } from "./demo/handler.js";
 import { runDemo } from "./demo/run-demo.js";
 import { runWorker } from "./demo/worker.js";
 
@@ -25,10 +26,22 @@ Options for demo:
   --seed N         seed of the injected faults (same seed, same plan)  [default: 1]
   --lease-ms N     lock lease; a killed holder's key frees after it    [default: 1500]
   --backend URL    the guard's store: sqlite:<path> or redis://host:port
-                   (the keyed sink stays in SQLite)             [default: embedded SQLite]
+                   (the keyed sink stays in SQLite)                    [default: embedded SQLite]
+  --key K          what the guard keys on: orderId (the business key
+                   attribute) or messageId (Pub/Sub's default, which a
+                   republish under a new messageId gets past: the
+                   verdict then fails, by design)                      [default: orderId]
   --keep           keep the temp directory with the SQLite files
   --help           show this help
 `;
+
+function keyOption(options: ReturnType<typeof parseOptions>): KeyBy {
+  const raw = options.get("key") ?? "orderId";
+  if (raw !== "orderId" && raw !== "messageId") {
+    throw new UsageError(`--key must be orderId or messageId, got "${String(raw)}"`);
+  }
+  return raw;
+}
 
 async function main(argv: readonly string[]): Promise<number> {
   const [command, ...rest] = argv;
@@ -41,7 +54,11 @@ async function main(argv: readonly string[]): Promise<number> {
       process.stdout.write(USAGE);
       return 0;
     }
-    const options = parseOptions(rest, ["messages", "workers", "seed", "lease-ms", "backend"], ["keep"]);
+    const options = parseOptions(
+      rest,
+      ["messages", "workers", "seed", "lease-ms", "backend", "key"],
+      ["keep"],
+    );
     const backend = options.get("backend");
     if (typeof backend === "string") {
       try {
@@ -58,17 +75,19 @@ async function main(argv: readonly string[]): Promise<number> {
       seed: integerOption(options, "seed", 1, 0, 2 ** 32 - 1),
       leaseMs: integerOption(options, "lease-ms", 1_500, 100, 600_000),
       backend: typeof backend === "string" ? backend : undefined,
+      keyBy: keyOption(options),
       keep: options.get("keep") === true,
       entry: fileURLToPath(import.meta.url),
       out: process.stdout,
     });
   }
   if (command === "__worker") {
-    const options = parseOptions(rest, ["backend", "namespace", "sink", "lease-ms"], []);
+    const options = parseOptions(rest, ["backend", "namespace", "sink", "lease-ms", "key"], []);
     try {
       await runWorker({
         backend: requiredOption(options, "backend"),
         namespace: requiredOption(options, "namespace"),
+        keyBy: keyOption(options),
         sinkFile: requiredOption(options, "sink"),
         leaseMs: integerOption(options, "lease-ms", 1_500, 10, 600_000),
       });
@@ -93,7 +112,8 @@ main(process.argv.slice(2)).then(
       process.exitCode = 2;
       return;
     }
-    process.stderr.write(`oncely: ${error instanceof Error ? error.message : String(error)}\n`);
+    const message = error instanceof Error ? error.message : String(error);
+    process.stderr.write(`${message.startsWith("[oncely]") ? message : `oncely: ${message}`}\n`);
     process.exitCode = 1;
   },
 );

@@ -1,11 +1,16 @@
 import { execFile } from "node:child_process";
-import { existsSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import Database from "better-sqlite3";
+import { Redis } from "ioredis";
 import { describe, expect, it } from "vitest";
+import { parseBackendUrl } from "../../src/cli/demo/backend-url.js";
 import { planDemo } from "../../src/cli/demo/plan.js";
 import { type JournalEntry, judge, type KeyedEffect, type VerdictInput } from "../../src/cli/demo/verdict.js";
+import { ConfigurationError } from "../../src/core/errors.js";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const cli = join(root, "dist/cli/main.js");
@@ -30,53 +35,198 @@ function runCli(args: readonly string[]): Promise<Run> {
   });
 }
 
+/** A loopback port nothing listens on (bound, then released). */
+async function unusedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const address = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  if (address === null || typeof address === "string") throw new Error("no port");
+  return address.port;
+}
+
 /** The value in the table row whose label is `label`. */
 function row(stdout: string, label: string): string {
-  const line = stdout.split("\n").find((l) => l.startsWith(`| ${label} `));
+  const line = stdout.split("\n").find((l) => l.replace(/^\| +/, "| ").startsWith(`| ${label} `));
   if (line === undefined) throw new Error(`no table row "${label}" in:\n${stdout}`);
   return line.split("|")[2]!.trim();
 }
 
-describe("oncely demo (built CLI, real worker processes on SQLite)", () => {
-  it("delivers 120 messages through 3 workers with duplicates, faults and kills, and passes the verdict", async () => {
+/** The kept temp directory (`--keep`) named on the last line of a run. */
+function keptDir(stdout: string): string | undefined {
+  return /^kept (.+)$/m.exec(stdout)?.[1];
+}
+
+/** The namespace the run's banner names. */
+function namespaceOf(stdout: string): string {
+  const namespace = /\(namespace (oncely-demo-[A-Za-z0-9_.-]+)\)/.exec(stdout)?.[1];
+  if (namespace === undefined) throw new Error(`no namespace in:\n${stdout}`);
+  return namespace;
+}
+
+/** Checks a finished run's table against the plan and against the keyed sink the run kept. */
+function checkRun(run: Run, messages: number): void {
+  const plan = planDemo(messages, 1);
+  const republishes = plan.messages.filter((m) => m.republishAfterMs !== undefined).length;
+  expect(run.stderr).toBe("");
+  expect(run.code, run.stdout).toBe(0);
+  expect(run.stdout).toMatch(
+    new RegExp(`^verdict: PASS — every one of ${messages} messages took effect exactly once`, "m"),
+  );
+  expect(run.stdout).toMatch(/^\[\d+\.\ds\] \d+\/\d+ orders acked/m);
+  expect(row(run.stdout, "messages")).toBe(String(messages));
+  expect(row(run.stdout, "published (incl. republishes, new messageId)")).toBe(
+    String(messages + republishes),
+  );
+  expect(row(run.stdout, "side effects (keyed sink)")).toBe(String(messages));
+  expect(row(run.stdout, "keys recorded done by oncely")).toBe(`${messages}/${messages}`);
+  expect(row(run.stdout, "dead-lettered (must be 0)")).toBe("0");
+  expect(row(run.stdout, "other errors")).toBe("0");
+  // Every published message is pushed at least once, twins twice, acked ones again after the ack.
+  const deliveries = Number(row(run.stdout, "deliveries (HTTP pushes)"));
+  const twins = plan.messages.filter((m) => m.concurrentTwin).length;
+  const redeliveries = plan.messages.reduce((sum, m) => sum + m.redeliveriesAfterAck, 0);
+  expect(deliveries).toBeGreaterThanOrEqual(messages + republishes + twins + redeliveries);
+  // Redeliveries after the ack and republishes that arrive after the order is done are duplicates.
+  expect(Number(row(run.stdout, "duplicates suppressed"))).toBeGreaterThan(0);
+  const transient = Number(row(run.stdout, "transient failures (500, redelivered)"));
+  expect(transient).toBeGreaterThan(0);
+  const [recovered, crashes] = row(run.stdout, "crash recoveries (SIGKILL, restarted)")
+    .split("/")
+    .map(Number);
+  // Kill points are planned; a kill waits for a busy worker, which the last ones may not find.
+  expect(crashes).toBeGreaterThan(0);
+  expect(crashes).toBeLessThanOrEqual(plan.killAfterAcks.length);
+  expect(recovered).toBe(crashes);
+  const maxAttempt = row(run.stdout, "max deliveryAttempt").split(" of ").map(Number);
+  expect(maxAttempt[0]).toBeGreaterThanOrEqual(2);
+  expect(maxAttempt[0]).toBeLessThan(maxAttempt[1]!);
+
+  // The table is drawn from the sink: check it against the sink file itself.
+  const kept = keptDir(run.stdout);
+  expect(kept).toBeDefined();
+  const db = new Database(join(kept!, "sink.sqlite"), { readonly: true });
+  try {
+    const effects = db
+      .prepare("SELECT COUNT(*) AS n, COUNT(DISTINCT key) AS keys FROM journal WHERE kind = 'effect'")
+      .get() as { n: number; keys: number };
+    const keyed = db.prepare("SELECT COUNT(*) AS n FROM effects").get() as { n: number };
+    const kills = db.prepare("SELECT COUNT(*) AS n FROM journal WHERE kind = 'kill'").get() as { n: number };
+    const faults = db.prepare("SELECT COUNT(*) AS n FROM journal WHERE kind = 'fault'").get() as {
+      n: number;
+    };
+    const planned = plan.messages.reduce((sum, m) => sum + m.transientFailures, 0);
+    expect(effects.keys).toBe(messages);
+    expect(keyed.n).toBe(messages);
+    expect(String(effects.n)).toBe(row(run.stdout, "side-effect executions"));
+    expect(effects.n - messages).toBe(
+      Number(row(run.stdout, "crash-window re-runs absorbed by the keyed sink")),
+    );
+    expect(kills.n).toBe(crashes);
+    // Each injected failure is journaled once; a 500 answers each one the kill did not cut first.
+    expect(faults.n).toBe(planned);
+    expect(transient).toBeLessThanOrEqual(faults.n);
+    // Every order published is in the keyed sink, under its business key.
+    const keys = (db.prepare("SELECT key FROM effects ORDER BY key").all() as { key: string }[]).map(
+      (r) => r.key,
+    );
+    expect(keys).toEqual(plan.messages.map((m) => m.key).sort());
+  } finally {
+    db.close();
+  }
+}
+
+describe("oncely demo (built CLI: push simulator → front → idempotent() workers)", () => {
+  it("pushes 120 orders through 3 workers with duplicates, republishes, faults and kills, and passes the verdict", async () => {
     expect(existsSync(cli), "dist/cli/main.js is built").toBe(true);
     const run = await runCli(["demo", "--messages", "120", "--workers", "3", "--keep"]);
-    const kept = /^kept (.+)$/m.exec(run.stdout)?.[1];
     try {
-      expect(run.stderr).toBe("");
-      expect(run.code).toBe(0);
-      expect(run.stdout).toMatch(/^verdict: PASS — every one of 120 messages took effect exactly once/m);
-      expect(row(run.stdout, "messages")).toBe("120");
-      expect(row(run.stdout, "side effects (keyed sink)")).toBe("120");
-      expect(row(run.stdout, "keys recorded done by oncely")).toBe("120/120");
-      expect(Number(row(run.stdout, "deliveries"))).toBeGreaterThan(120);
-      expect(Number(row(run.stdout, "duplicates suppressed"))).toBeGreaterThan(0);
-      expect(Number(row(run.stdout, "transient failures (retried)"))).toBeGreaterThan(0);
-      const [recovered, crashes] = row(run.stdout, "crashes recovered (SIGKILL)").split("/").map(Number);
-      expect(crashes).toBeGreaterThan(0);
-      expect(recovered).toBe(crashes);
+      checkRun(run, 120);
+    } finally {
+      const kept = keptDir(run.stdout);
+      if (kept !== undefined) rmSync(kept, { recursive: true, force: true });
+    }
+  }, 180_000);
 
-      // The table is drawn from the sink: check it against the sink file itself.
-      expect(kept).toBeDefined();
-      const db = new Database(join(kept!, "sink.sqlite"), { readonly: true });
+  it("runs twice on one sqlite:<path> store, each run under its own namespace", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "oncely-demo-test-"));
+    const file = join(dir, "guard.sqlite");
+    const kept: string[] = [];
+    try {
+      const namespaces: string[] = [];
+      for (let i = 0; i < 2; i++) {
+        const run = await runCli([
+          "demo",
+          "--messages",
+          "60",
+          "--workers",
+          "2",
+          "--backend",
+          `sqlite:${file}`,
+          "--keep",
+        ]);
+        const k = keptDir(run.stdout);
+        if (k !== undefined) kept.push(k);
+        expect(run.stdout).toContain(`on SQLite ${file} `);
+        checkRun(run, 60);
+        namespaces.push(namespaceOf(run.stdout));
+      }
+      expect(namespaces[0]).not.toBe(namespaces[1]);
+      // The run deletes its records from a store it does not own.
+      const db = new Database(file, { readonly: true });
       try {
-        const effects = db
-          .prepare("SELECT COUNT(*) AS n, COUNT(DISTINCT key) AS keys FROM journal WHERE kind = 'effect'")
-          .get() as {
-          n: number;
-          keys: number;
-        };
-        const kills = db.prepare("SELECT COUNT(*) AS n FROM journal WHERE kind = 'kill'").get() as {
-          n: number;
-        };
-        expect(effects.keys).toBe(120);
-        expect(String(effects.n)).toBe(row(run.stdout, "side-effect executions"));
-        expect(effects.n - 120).toBe(Number(row(run.stdout, "crash-window re-runs absorbed")));
-        expect(kills.n).toBe(crashes);
+        const left = db.prepare("SELECT COUNT(*) AS n FROM oncely_records").get() as { n: number };
+        expect(left.n).toBe(0);
       } finally {
         db.close();
       }
     } finally {
+      for (const k of kept) rmSync(k, { recursive: true, force: true });
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 180_000);
+
+  it("runs the same storm on Redis (--backend redis://127.0.0.1:6379) and leaves no key behind", async () => {
+    const run = await runCli([
+      "demo",
+      "--messages",
+      "80",
+      "--workers",
+      "2",
+      "--backend",
+      "redis://127.0.0.1:6379",
+      "--keep",
+    ]);
+    try {
+      expect(run.stdout).toContain("on Redis redis://127.0.0.1:6379");
+      checkRun(run, 80);
+      const redis = new Redis("redis://127.0.0.1:6379");
+      try {
+        expect(await redis.keys(`${namespaceOf(run.stdout)}:*`)).toEqual([]);
+      } finally {
+        redis.disconnect();
+      }
+    } finally {
+      const kept = keptDir(run.stdout);
+      if (kept !== undefined) rmSync(kept, { recursive: true, force: true });
+    }
+  }, 180_000);
+
+  it("fails the verdict (exit 1) when the guard keys on the messageId: republishes run twice", async () => {
+    const plan = planDemo(60, 1);
+    expect(plan.messages.filter((m) => m.republishAfterMs !== undefined).length).toBeGreaterThan(0);
+    const run = await runCli(["demo", "--messages", "60", "--workers", "2", "--key", "messageId", "--keep"]);
+    try {
+      expect(run.stderr).toBe("");
+      expect(run.code, run.stdout).toBe(1);
+      expect(run.stdout).toContain("keyed by the messageId (no business key)");
+      expect(run.stdout).toMatch(/^verdict: FAIL — 0 missing, [1-9]\d* doubled/m);
+      expect(run.stdout).toMatch(/^ {2}doubled: order-\d{5}: .*earlier executor was never killed/m);
+      // The keyed sink still holds one row per order: only the journal shows the second execution.
+      expect(row(run.stdout, "side effects (keyed sink)")).toBe("60");
+      expect(Number(row(run.stdout, "side-effect executions"))).toBeGreaterThan(60);
+    } finally {
+      const kept = keptDir(run.stdout);
       if (kept !== undefined) rmSync(kept, { recursive: true, force: true });
     }
   }, 180_000);
@@ -85,13 +235,63 @@ describe("oncely demo (built CLI, real worker processes on SQLite)", () => {
     const help = await runCli(["demo", "--help"]);
     expect(help.code).toBe(0);
     expect(help.stdout).toContain("--messages N");
+    expect(help.stdout).toContain("--backend URL");
     const bad = await runCli(["demo", "--messages", "lots"]);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain("--messages must be an integer");
-    const unknown = await runCli(["demo", "--backend", "redis://x"]);
+    const key = await runCli(["demo", "--key", "payload"]);
+    expect(key.code).toBe(2);
+    expect(key.stderr).toContain('--key must be orderId or messageId, got "payload"');
+    const unknown = await runCli(["demo", "--brokers", "3"]);
     expect(unknown.code).toBe(2);
-    expect(unknown.stderr).toContain("unknown option --backend");
+    expect(unknown.stderr).toContain("unknown option --brokers");
+    const later = await runCli(["demo", "--backend", "postgres://127.0.0.1/x"]);
+    expect(later.code).toBe(2);
+    expect(later.stderr).toContain("--backend postgres:// is not available in the demo yet");
+    const scheme = await runCli(["demo", "--backend", "ftp://127.0.0.1"]);
+    expect(scheme.code).toBe(2);
+    expect(scheme.stderr).toContain("unknown scheme ftp:");
   }, 60_000);
+
+  it("fails with a clear error and exit code 1 when the Redis server does not answer", async () => {
+    const port = await unusedPort();
+    const run = await runCli(["demo", "--messages", "5", "--backend", `redis://127.0.0.1:${port}`]);
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain(`[oncely] [redis] connect to redis://127.0.0.1:${port} failed`);
+    expect(run.stderr).toContain("ECONNREFUSED");
+    expect(run.stdout).not.toContain("verdict:");
+  }, 60_000);
+});
+
+describe("demo --backend parsing", () => {
+  it("defaults to the embedded file and accepts sqlite:<path> and redis:// URLs", () => {
+    expect(parseBackendUrl(undefined, "/tmp/x.sqlite")).toEqual({
+      kind: "sqlite",
+      file: "/tmp/x.sqlite",
+      embedded: true,
+    });
+    expect(parseBackendUrl("sqlite:/var/a.db", "")).toEqual({
+      kind: "sqlite",
+      file: "/var/a.db",
+      embedded: false,
+    });
+    expect(parseBackendUrl("sqlite:///var/a.db", "")).toEqual({
+      kind: "sqlite",
+      file: "/var/a.db",
+      embedded: false,
+    });
+    expect(parseBackendUrl("redis://127.0.0.1:6379/2", "")).toEqual({
+      kind: "redis",
+      url: "redis://127.0.0.1:6379/2",
+    });
+  });
+
+  it("refuses what it cannot run, saying why", () => {
+    expect(() => parseBackendUrl("sqlite:", "")).toThrow(ConfigurationError);
+    expect(() => parseBackendUrl("redis://127.0.0.1:6379/db", "")).toThrow("database number");
+    expect(() => parseBackendUrl("mysql://127.0.0.1/x", "")).toThrow("not available in the demo yet");
+    expect(() => parseBackendUrl("nonsense", "")).toThrow("is not a URL");
+  });
 });
 
 describe("demo plan", () => {
@@ -102,6 +302,7 @@ describe("demo plan", () => {
     expect(plan.messages.some((m) => m.concurrentTwin)).toBe(true);
     expect(plan.messages.some((m) => m.redeliveriesAfterAck > 0)).toBe(true);
     expect(plan.messages.some((m) => m.transientFailures > 0)).toBe(true);
+    expect(plan.messages.some((m) => m.republishAfterMs !== undefined)).toBe(true);
     expect(plan.killAfterAcks.length).toBeGreaterThan(0);
   });
 });

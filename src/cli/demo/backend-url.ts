@@ -108,7 +108,8 @@ export async function openBackend(spec: BackendSpec, namespace: string): Promise
     ]);
   } catch (cause) {
     client.disconnect();
-    throw storageError("redis", `connect to ${redactUrl(spec.url)}`, undefined, cause);
+    // The socket's own error (ECONNREFUSED, ENOTFOUND) says more than the command's.
+    throw storageError("redis", `connect to ${redactUrl(spec.url)}`, undefined, lastError ?? cause);
   } finally {
     clearTimeout(timer);
   }

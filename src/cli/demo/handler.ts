@@ -25,10 +25,18 @@ export interface OrderWork {
   readonly afterEffectMs: number;
 }
 
+/**
+ * What the guard keys on: `orderId` (the business key attribute; the demo's default) or `messageId`
+ * (oncely/pubsub's default key, which a republish under a new messageId gets past).
+ */
+export type KeyBy = "orderId" | "messageId";
+
 export interface GuardedHandlerOptions {
   readonly backend: Backend;
   readonly sink: Sink;
   readonly leaseMs: number;
+  /** @default "orderId" */
+  readonly keyBy?: KeyBy | undefined;
   /** Recorded with every side effect (the verdict matches it against the kills). */
   readonly pid: number;
   readonly logger: Logger;
@@ -72,14 +80,16 @@ export function createGuardedHandler(
   return idempotent<void>(
     async (message, { key, fence, signal, request }) => {
       const work = parseWork(message.json);
+      // The sink keys the side effect by the order, whatever the guard keys on.
+      const order = work.orderId;
       await sleep(work.beforeEffectMs);
-      if (sink.faultsFor(key) < work.transientFailures) {
-        sink.recordFault(key, fence, pid);
-        throw new InjectedFault(`injected transient failure for ${key}`);
+      if (sink.faultsFor(order) < work.transientFailures) {
+        sink.recordFault(order, fence, pid);
+        throw new InjectedFault(`injected transient failure for ${order} (guard key ${key})`);
       }
       // A claim lost before the side effect must not perform it.
       signal.throwIfAborted();
-      sink.recordEffect(key, fence, pid);
+      sink.recordEffect(order, fence, pid);
       const id = Number(request.headers[DELIVERY_HEADER]);
       if (Number.isSafeInteger(id)) options.onEffect?.(id);
       // More work after the side effect: a kill here is the crash window.
@@ -88,7 +98,7 @@ export function createGuardedHandler(
     {
       backend,
       // The business key: a republish under a new messageId carries the same orderId.
-      key: (message) => message.attributes[ORDER_ATTRIBUTE],
+      key: options.keyBy === "messageId" ? undefined : (message) => message.attributes[ORDER_ATTRIBUTE],
       leaseMs,
       codec: false,
       logger,

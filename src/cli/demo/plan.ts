@@ -29,7 +29,7 @@ export interface DemoPlan {
   /**
    * Kill points: after this many orders are acked, the dispatcher SIGKILLs a busy worker (chosen by
    * `dispatchSeed`).
-   * Strictly increasing.
+   * Strictly increasing, all below 90% of the messages.
    */
   readonly killAfterAcks: readonly number[];
   /** The seed of the dispatcher's own choices (victims, jitter). */
@@ -79,7 +79,8 @@ export function planDemo(messages: number, seed: number, rates: FaultRates = DEF
   const spread = Math.max(1, Math.round(rates.acksPerKill / 2));
   for (
     let at = random.int(spread, rates.acksPerKill);
-    at < messages;
+    // Kills stop before the tail of the run, so that each finds a busy worker to hit.
+    at < messages * 0.9;
     at += random.int(spread, rates.acksPerKill + spread)
   ) {
     killAfterAcks.push(at);

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { RecordState } from "../../core/types.js";
 import { type BackendSpec, type OpenedBackend, openBackend, parseBackendUrl } from "./backend-url.js";
 import type { Dispatch, DispatchReport } from "./dispatch.js";
+import type { KeyBy } from "./handler.js";
 import { planDemo } from "./plan.js";
 import { PushDispatch } from "./push-dispatch.js";
 import { formatProgress, formatReport, ProgressPrinter, passed } from "./report.js";
@@ -27,6 +28,8 @@ export interface DemoOptions {
   readonly leaseMs: number;
   /** `--backend`: `sqlite:<path>`, `redis://host:port`, or `undefined` for the embedded SQLite file. */
   readonly backend: string | undefined;
+  /** What the guard keys on. @default "orderId" */
+  readonly keyBy: KeyBy;
   /** Keep the temp directory (the SQLite files) for inspection. @default false */
   readonly keep: boolean;
   /** The built CLI script, forked as the workers. */
@@ -35,9 +38,17 @@ export interface DemoOptions {
 }
 
 /** Arguments that turn the CLI into a worker process serving the guarded endpoint. */
-export function workerArgs(backend: string, namespace: string, sinkFile: string, leaseMs: number): string[] {
+export function workerArgs(
+  backend: string,
+  namespace: string,
+  keyBy: KeyBy,
+  sinkFile: string,
+  leaseMs: number,
+): string[] {
   return [
     "__worker",
+    "--key",
+    keyBy,
     "--backend",
     backend,
     "--namespace",
@@ -93,7 +104,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
     out.write(
       `oncely demo: Pub/Sub push storm — ${options.messages} orders, ${options.workers} worker processes behind one push endpoint, ` +
         `seed ${options.seed}, lease ${options.leaseMs} ms\n` +
-        `guard: idempotent() keyed by the orderId attribute on ${opened.label} (namespace ${namespace}); keyed sink: SQLite in ${dir}\n` +
+        `guard: idempotent() keyed by ${options.keyBy === "orderId" ? "the orderId attribute" : "the messageId (no business key)"} on ${opened.label} (namespace ${namespace}); keyed sink: SQLite in ${dir}\n` +
         `faults: ${plan.messages.filter((m) => m.concurrentTwin).length} pushed twice at once, ` +
         `${plan.messages.filter((m) => m.redeliveriesAfterAck > 0).length} redelivered after the ack, ` +
         `${plan.messages.filter((m) => m.republishAfterMs !== undefined).length} republished under a new messageId, ` +
@@ -102,7 +113,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
     );
     const running: Dispatch = new PushDispatch({
       entry: options.entry,
-      workerArgs: workerArgs(workerUrl(spec), namespace, sinkFile, options.leaseMs),
+      workerArgs: workerArgs(workerUrl(spec), namespace, options.keyBy, sinkFile, options.leaseMs),
       workers: options.workers,
       sink,
     });

@@ -7,7 +7,7 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Logger } from "../../core/events.js";
 import { openBackend, parseBackendUrl } from "./backend-url.js";
-import { createGuardedHandler, InjectedFault } from "./handler.js";
+import { createGuardedHandler, InjectedFault, type KeyBy } from "./handler.js";
 import type { FromWorker } from "./protocol.js";
 import { Sink } from "./sink.js";
 
@@ -17,6 +17,7 @@ export interface WorkerOptions {
   readonly backend: string;
   /** The run's namespace on that store. */
   readonly namespace: string;
+  readonly keyBy: KeyBy;
   readonly sinkFile: string;
   readonly leaseMs: number;
 }
@@ -38,6 +39,7 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
     backend: opened.backend,
     sink,
     leaseMs: options.leaseMs,
+    keyBy: options.keyBy,
     pid: process.pid,
     logger,
     onEvent: (event) =>
