@@ -23,6 +23,8 @@ const run = `b${randomUUID().slice(0, 8)}`;
 const TTL_S = 3600;
 
 const io = new Redis(url);
+// the same baselines with ioredis' own auto-pipelining, for reference (oncely batches same-tick calls itself)
+const ioPipelined = new Redis(url, { enableAutoPipelining: true });
 const nodeRedis = await createClient({ url }).connect();
 const powertoolsClient = await createClient({ url }).connect();
 const nodeIdemStorage = new RedisStorageAdapter({ url });
@@ -85,12 +87,35 @@ for (const c of CONCURRENCY) {
     record("baseline B: ioredis SET NX PX, existing key", c, "dup", ops, k.total());
   }
 
+  // the same two baselines on an auto-pipelining ioredis client (reference rows, not the targets' floor)
+  {
+    const k = counter();
+    const p = tag("ap");
+    const ops = await drive(N, c, async (i) => {
+      const key = `${p}:${i}`;
+      if ((await ioPipelined.set(key, "1", "PX", TTL_S * 1000, "NX")) === "OK") {
+        k.work(i);
+        await ioPipelined.set(key, "done", "PX", TTL_S * 1000);
+      }
+    });
+    record("ref A': ioredis autopipelined SET NX PX + SET", c, "new", ops, k.exactlyOnce());
+    const d = counter();
+    const dup = await drive(N, c, async (i) => {
+      if ((await ioPipelined.set(`${p}:${i}`, "1", "PX", TTL_S * 1000, "NX")) === "OK") d.work(i);
+    });
+    record("ref B': ioredis autopipelined SET NX PX, existing key", c, "dup", dup, d.total());
+  }
+
   // Powertools idempotency, CachePersistenceLayer on @redis/client
   {
     const k = counter();
+    const config = new IdempotencyConfig({ eventKeyJmesPath: "id", expiresAfterSeconds: TTL_S });
+    // outside Lambda there is no context; register one (as a Lambda handler would) so that Powertools
+    // sets its in-progress expiry instead of warning on every call
+    config.registerLambdaContext({ getRemainingTimeInMillis: () => 60_000 });
     const fn = makeIdempotent(async (event) => k.work(event.i), {
       persistenceStore: new CachePersistenceLayer({ client: powertoolsClient }),
-      config: new IdempotencyConfig({ eventKeyJmesPath: "id", expiresAfterSeconds: TTL_S }),
+      config,
     });
     const p = tag("pt");
     const ops = await drive(N, c, (i) => fn({ id: `${p}:${i}`, i }));
@@ -177,7 +202,8 @@ async function purge(pattern) {
 await purge(`${run}*`);
 await purge(`*${run}*`);
 
-const find = (name, c, kind) => rows.find((r) => r.name.startsWith(name) && r.c === c && r.kind === kind)?.opsPerSec;
+const find = (name, c, kind) =>
+  rows.find((r) => r.name.startsWith(name) && r.c === c && r.kind === kind)?.opsPerSec;
 const fmt = (n) => (n === undefined ? "—" : Math.round(n).toLocaleString("en-US"));
 const baseFor = (r) => find(r.kind === "new" ? "baseline A" : "baseline B", r.c, r.kind);
 
@@ -196,25 +222,49 @@ for (const r of rows) {
 }
 
 const targets = [];
-const target = (label, value, min) => targets.push({ label, value, min, ok: value !== undefined && value >= min });
+const target = (label, value, min) =>
+  targets.push({ label, value, min, ok: value !== undefined && value >= min });
 for (const client of ["ioredis", "node-redis"]) {
-  target(`lock() on ${client}, new keys C=64 / baseline A`, find(`oncely lock() on ${client}`, 64, "new") / find("baseline A", 64, "new"), 0.9);
-  target(`lock() on ${client}, duplicates C=64 / baseline B`, find(`oncely lock() on ${client}`, 64, "dup") / find("baseline B", 64, "dup"), 0.9);
-  target(`lock() on ${client}, new keys C=64 / Powertools`, find(`oncely lock() on ${client}`, 64, "new") / find("Powertools", 64, "new"), 3);
-  target(`lock() on ${client}, new keys C=64 / @node-idempotency`, find(`oncely lock() on ${client}`, 64, "new") / find("@node-idempotency", 64, "new"), 1.2);
+  target(
+    `lock() on ${client}, new keys C=64 / baseline A`,
+    find(`oncely lock() on ${client}`, 64, "new") / find("baseline A", 64, "new"),
+    0.9,
+  );
+  target(
+    `lock() on ${client}, duplicates C=64 / baseline B`,
+    find(`oncely lock() on ${client}`, 64, "dup") / find("baseline B", 64, "dup"),
+    0.9,
+  );
+  target(
+    `lock() on ${client}, new keys C=64 / Powertools`,
+    find(`oncely lock() on ${client}`, 64, "new") / find("Powertools", 64, "new"),
+    3,
+  );
+  target(
+    `lock() on ${client}, new keys C=64 / @node-idempotency`,
+    find(`oncely lock() on ${client}`, 64, "new") / find("@node-idempotency", 64, "new"),
+    1.2,
+  );
   for (const c of CONCURRENCY) {
-    target(`claimMany(100) / claim() on ${client}, C=${c}`, find(`oncely claimMany(100) on ${client}`, c, "new") / find(`oncely claim() on ${client}`, c, "new"), 5);
+    target(
+      `claimMany(100) / claim() on ${client}, C=${c}`,
+      find(`oncely claimMany(100) on ${client}`, c, "new") / find(`oncely claim() on ${client}`, c, "new"),
+      5,
+    );
   }
 }
 console.log("\n| target | measured | required | met |");
 console.log("|---|---:|---:|---|");
 for (const t of targets) {
-  console.log(`| ${t.label} | ${Number.isFinite(t.value) ? t.value.toFixed(2) : "—"} | ≥ ${t.min} | ${t.ok ? "yes" : "NO"} |`);
+  console.log(
+    `| ${t.label} | ${Number.isFinite(t.value) ? t.value.toFixed(2) : "—"} | ≥ ${t.min} | ${t.ok ? "yes" : "NO"} |`,
+  );
 }
 const violations = rows.reduce((sum, r) => sum + r.violations, 0);
 console.log(`\nexactly-once violations in this run: ${violations}`);
 
 io.disconnect();
+ioPipelined.disconnect();
 await nodeRedis.close();
 await powertoolsClient.close();
 await nodeIdemStorage.disconnect();

@@ -342,3 +342,41 @@ describe("redis backend: configuration", () => {
     dead.disconnect();
   });
 });
+
+describe("redis backend: a subscriber that dies for good is recreated", () => {
+  it("with reconnection off, the killed subscriber ends and the next wait builds a new one", async () => {
+    // the duplicate inherits `retryStrategy`, so a killed subscriber does not come back by itself
+    const mortal = new Redis(url, { retryStrategy: () => null });
+    mortal.on("error", () => {});
+    const namespace = `d${randomUUID().slice(0, 8)}`;
+    const backend = new RedisBackend({ client: mortal, namespace });
+    const k = `k-${randomUUID()}`;
+    const channel = `${namespace}:{${k}}:changed`;
+    const subscribers = async () => Number(((await io.pubsub("NUMSUB", channel)) as unknown[])[1]);
+    const first = await backend.claim(k, claimOptions());
+    const claim = (first as Extract<typeof first, { kind: "won" }>).claim;
+    const firstWait = backend.waitForChange(k, 60_000);
+    for (let i = 0; i < 200 && (await subscribers()) < 1; i++) await sleep(20);
+    assert.equal(await subscribers(), 1);
+    const list = String(await io.call("CLIENT", "LIST", "TYPE", "pubsub"));
+    const id = list
+      .split("\n")
+      .find((line) => line.includes(`name=oncely-subscriber:${namespace}`))
+      ?.match(/id=(\d+)/)?.[1];
+    assert.ok(id, list);
+    await io.client("KILL", "ID", id);
+    await firstWait; // the subscriber's end wakes every waiter at once
+    assert.equal(await subscribers(), 0);
+    let woke = false;
+    const waiting = backend.waitForChange(k, 60_000).then(() => {
+      woke = true;
+    });
+    for (let i = 0; i < 200 && (await subscribers()) < 1; i++) await sleep(20);
+    assert.equal(await subscribers(), 1, "a new subscriber connection took over");
+    assert.equal(await backend.release(claim), true);
+    await Promise.race([waiting, sleep(10_000)]);
+    assert.equal(woke, true, "the new subscriber delivered the release");
+    await backend.close();
+    mortal.disconnect();
+  });
+});

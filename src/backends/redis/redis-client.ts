@@ -211,7 +211,11 @@ class IoredisDriver implements Driver {
   }
 
   async subscriber(name: string, events: SubscriberEvents): Promise<Subscriber> {
-    const sub = this.#client.duplicate(this.flavour === "ioredis" ? { connectionName: name } : {});
+    // a Cluster's duplicate takes startup nodes first; a standalone client's takes option overrides
+    const sub =
+      this.flavour === "ioredis"
+        ? this.#client.duplicate({ connectionName: name })
+        : this.#client.duplicate();
     let ready = false;
     let closing = false;
     sub.on("error", () => {
