@@ -361,7 +361,7 @@ export function crashStormScenario(backend: ScenarioBackend): void {
       const dir = mkdtempSync(join(tmpdir(), `oncely-storm-${backend.name}-`));
       try {
         const { store, namespace, inspect } = await backend.storm("storm");
-        const leaseMs = 1_500;
+        const leaseMs = 2_000;
         const report = await runCrashStorm({
           store,
           namespace,

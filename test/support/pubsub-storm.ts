@@ -28,7 +28,7 @@ export interface StormOptions {
   readonly messages?: number;
   /** @default 4 */
   readonly workers?: number;
-  /** @default 1_500 */
+  /** @default 2_000 */
   readonly leaseMs?: number;
   /** Longest random pause before and after the side effect. @default 15 */
   readonly workMs?: number;
@@ -121,7 +121,7 @@ const alive = (pid: number) => {
 /** Runs one storm to the end and reports what happened. Cleans up its processes whatever happens. */
 export async function runCrashStorm(options: StormOptions): Promise<StormReport> {
   const messages = options.messages ?? 1_000;
-  const leaseMs = options.leaseMs ?? 1_500;
+  const leaseMs = options.leaseMs ?? 2_000;
   const maxKills = options.maxKills ?? 30;
   const [killLow, killHigh] = options.killEveryMs ?? [150, 500];
   const progress = options.progress ?? (() => {});
