@@ -40,7 +40,13 @@ export interface DispatchReport {
   readonly transientFailures: number;
   /** Deliveries cut by a SIGKILL (answered 502 by the front, or a broken connection; redelivered). */
   readonly crashNacks: number;
-  /** Other nacks and errors (store trouble, lease lost, unexpected statuses), with a sample message. */
+  /**
+   * Store errors oncely reported (a store that could not answer before the work: 503; or after it:
+   * `complete` not committed). Each is redelivered; the sink's key absorbs a re-run. With a sample.
+   */
+  readonly storeErrors: number;
+  readonly storeErrorSample: string | undefined;
+  /** Other errors (a handler error that is not the injected one, unexpected statuses), with a sample. */
   readonly errors: number;
   readonly errorSample: string | undefined;
   /** Workers SIGKILLed by the dispatch (each restarted). */

@@ -16,12 +16,13 @@ export type FromWorker =
       readonly fence: number | undefined;
     }
   /**
-   * One of oncely's log lines. `injected` marks the demo's own transient failure (expected), so that
-   * anything else can be reported as an error.
+   * One of oncely's log lines, with what caused it: the demo's own transient failure (`injected`,
+   * expected), the store (`store`: a `StorageError`, answered 503 or leaving `complete` uncommitted;
+   * redelivered), or anything else (`other`, reported as an error).
    */
   | {
       readonly type: "log";
       readonly level: "warn" | "error";
       readonly message: string;
-      readonly injected: boolean;
+      readonly cause: "injected" | "store" | "other";
     };

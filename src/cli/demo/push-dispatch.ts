@@ -74,7 +74,7 @@ interface Order {
 /** How long a delivery waits at the front for a worker to be up before it is answered 502. */
 const NO_WORKER_WAIT_MS = 5_000;
 /** A kill owed "in the crash window" falls back to any busy worker after this long. */
-const WINDOW_KILL_PATIENCE_MS = 1_000;
+const WINDOW_KILL_PATIENCE_MS = 500;
 
 /** Runs the push storm over forked HTTP workers. */
 export class PushDispatch implements Dispatch {
@@ -103,6 +103,8 @@ export class PushDispatch implements Dispatch {
   #killsOwed = 0;
   #killsDone = 0;
   #windowKillSince = 0;
+  #storeSample: string | undefined;
+  #onAllUp: (() => void) | undefined;
   #stopping = false;
   #finish: ((error?: Error) => void) | undefined;
   #stats = {
@@ -110,6 +112,7 @@ export class PushDispatch implements Dispatch {
     duplicates: 0,
     contention: 0,
     republished: 0,
+    storeErrors: 0,
     errors: 0,
     errorSample: undefined as string | undefined,
     crashes: 0,
@@ -157,9 +160,15 @@ export class PushDispatch implements Dispatch {
     const ticker = setInterval(() => this.#tick(), 25);
     let summary: ReturnType<PushSimulator["summary"]> | undefined;
     let maxDeliveryAttempt = 0;
+    let unavailable = 0;
     try {
       const port = await this.#listen();
+      const allUp = new Promise<void>((resolve) => {
+        this.#onAllUp = resolve;
+      });
       for (let slot = 0; slot < this.#options.workers; slot++) this.#spawn(slot);
+      // Publish once every worker serves, so the first burst spreads over all of them.
+      await Promise.race([allUp, done]);
       const sim = new PushSimulator({
         endpoint: `http://127.0.0.1:${port}/push`,
         project: "oncely-demo",
@@ -176,8 +185,13 @@ export class PushDispatch implements Dispatch {
       void this.#awaitEnd(sim);
       await done;
       summary = sim.summary();
-      for (const delivery of sim.deliveries)
+      for (const delivery of sim.deliveries) {
         maxDeliveryAttempt = Math.max(maxDeliveryAttempt, delivery.deliveryAttempt);
+        const { outcome } = delivery;
+        // A 503 is contention unless oncely said the store was unavailable (counted as a store error).
+        if (outcome.kind === "response" && outcome.status === 503 && /unavailable/.test(outcome.body))
+          unavailable++;
+      }
     } finally {
       clearTimeout(timeout);
       clearInterval(ticker);
@@ -201,9 +215,11 @@ export class PushDispatch implements Dispatch {
       deliveries: summary.deliveries,
       acks,
       duplicatesSuppressed: s.duplicates,
-      contentionRetries: count("503"),
+      contentionRetries: count("503") - unavailable,
       transientFailures: count("500"),
       crashNacks: count("502") + count("network-error") + count("timeout"),
+      storeErrors: s.storeErrors,
+      storeErrorSample: this.#storeSample,
       errors: s.errors + otherNacks,
       errorSample: s.errorSample,
       crashes: s.crashes,
@@ -307,7 +323,8 @@ export class PushDispatch implements Dispatch {
 
   #listen(): Promise<number> {
     const server = createServer((req, res) => this.#accept(req, res));
-    server.keepAliveTimeout = 30_000;
+    // The simulator keeps its connections for the whole run: never close one under it while idle.
+    server.keepAliveTimeout = 600_000;
     this.#front = server;
     return new Promise((resolve, reject) => {
       server.once("error", reject);
@@ -429,6 +446,10 @@ export class PushDispatch implements Dispatch {
       case "ready":
         worker.pid = message.pid;
         worker.port = message.port;
+        if (this.#onAllUp !== undefined && [...this.#workers.values()].every((w) => w.port !== undefined)) {
+          this.#onAllUp();
+          this.#onAllUp = undefined;
+        }
         for (const retry of this.#waiting.slice()) retry();
         return;
       case "effect": {
@@ -448,7 +469,11 @@ export class PushDispatch implements Dispatch {
         }
         return;
       case "log":
-        if (message.level === "error" && !message.injected) {
+        if (message.level !== "error" || message.cause === "injected") return;
+        if (message.cause === "store") {
+          this.#stats.storeErrors++;
+          this.#storeSample ??= message.message;
+        } else {
           this.#stats.errors++;
           this.#noteError(message.message);
         }

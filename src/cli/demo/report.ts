@@ -73,6 +73,7 @@ export function tableRows(
     ["crash-window re-runs absorbed by the keyed sink", String(verdict.reruns.length)],
     ["dead-lettered (must be 0)", String(report.deadLettered)],
     ["max deliveryAttempt", `${report.maxDeliveryAttempt} of ${report.maxDeliveryAttempts}`],
+    ["store errors (retried)", String(report.storeErrors)],
     ["other errors", String(report.errors)],
     ["wall time", `${(report.wallMs / 1000).toFixed(1)} s`],
   ];
@@ -100,6 +101,8 @@ export function formatReport(report: DispatchReport, verdict: Verdict, store?: S
   if (verdict.kind === "fail") for (const line of describeProblems(verdict.problems)) lines.push(`  ${line}`);
   if (report.unexpectedExits > 0)
     lines.push(`  note: ${report.unexpectedExits} worker(s) died without being killed`);
+  if (report.storeErrorSample !== undefined && report.storeErrors > 0)
+    lines.push(`  first store error: ${report.storeErrorSample}`);
   if (report.errorSample !== undefined && report.errors > 0)
     lines.push(`  first error: ${report.errorSample}`);
   return lines.join("\n");

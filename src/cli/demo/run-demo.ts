@@ -116,6 +116,8 @@ export async function runDemo(options: DemoOptions): Promise<number> {
       workerArgs: workerArgs(workerUrl(spec), namespace, options.keyBy, sinkFile, options.leaseMs),
       workers: options.workers,
       sink,
+      // Two minutes, plus room for big runs.
+      timeoutMs: 120_000 + options.messages * 100,
     });
     dispatch = running;
     const printer = new ProgressPrinter(out);

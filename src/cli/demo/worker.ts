@@ -5,6 +5,7 @@
  */
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
+import { StorageError } from "../../core/errors.js";
 import type { Logger } from "../../core/events.js";
 import { openBackend, parseBackendUrl } from "./backend-url.js";
 import { createGuardedHandler, InjectedFault, type KeyBy } from "./handler.js";
@@ -22,16 +23,22 @@ export interface WorkerOptions {
   readonly leaseMs: number;
 }
 
+function causeOf(error: unknown): "injected" | "store" | "other" {
+  if (error instanceof InjectedFault) return "injected";
+  return error instanceof StorageError ? "store" : "other";
+}
+
 /** Serves until the coordinator goes away (IPC disconnect). */
 export async function runWorker(options: WorkerOptions): Promise<void> {
   const send = (message: FromWorker) => {
-    if (process.connected) process.send?.(message);
+    // With a callback, a channel that closes under the write (the coordinator stopping) is no error.
+    if (process.connected) process.send?.(message, undefined, {}, () => {});
   };
   // oncely's own log lines go to the coordinator, which counts and reports them; the worker prints nothing.
   const forward =
     (level: "warn" | "error"): Logger["warn"] =>
     (fields, message) =>
-      send({ type: "log", level, message: message ?? "", injected: fields.error instanceof InjectedFault });
+      send({ type: "log", level, message: message ?? "", cause: causeOf(fields.error) });
   const logger: Logger = { warn: forward("warn"), error: forward("error") };
   const opened = await openBackend(parseBackendUrl(options.backend, options.backend), options.namespace);
   const sink = await Sink.open(options.sinkFile);
@@ -49,11 +56,12 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
   const server = createServer((req, res) => {
     handle(req, res).catch((error: unknown) => {
       // idempotent() answers every outcome itself; this is a last resort that keeps the worker up.
-      send({ type: "log", level: "error", message: String(error), injected: false });
+      send({ type: "log", level: "error", message: String(error), cause: "other" });
       if (!res.headersSent) res.writeHead(500).end();
     });
   });
-  server.keepAliveTimeout = 30_000;
+  // The front keeps its connections for the whole run: never close one under it while idle.
+  server.keepAliveTimeout = 600_000;
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(0, "127.0.0.1", resolve);
@@ -71,5 +79,7 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
     process.exit(0);
   };
   process.on("disconnect", () => void shutdown());
+  // Ctrl-C reaches the whole process group: the coordinator decides when workers stop.
+  process.on("SIGINT", () => {});
   send({ type: "ready", pid: process.pid, port });
 }
