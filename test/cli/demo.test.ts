@@ -8,7 +8,9 @@ import Database from "better-sqlite3";
 import { Redis } from "ioredis";
 import { describe, expect, it } from "vitest";
 import { parseBackendUrl } from "../../src/cli/demo/backend-url.js";
+import type { DispatchReport } from "../../src/cli/demo/dispatch.js";
 import { planDemo } from "../../src/cli/demo/plan.js";
+import { formatReport, passed, verdictLine } from "../../src/cli/demo/report.js";
 import { type JournalEntry, judge, type KeyedEffect, type VerdictInput } from "../../src/cli/demo/verdict.js";
 import { ConfigurationError } from "../../src/core/errors.js";
 
@@ -417,5 +419,68 @@ describe("demo verdict", () => {
     expect(mismatch.kind === "fail" && mismatch.problems.map((p) => `${p.kind}:${p.key}`)).toEqual([
       "sink_mismatch:a",
     ]);
+  });
+});
+
+describe("demo report", () => {
+  const report: DispatchReport = {
+    messages: 2,
+    published: 3,
+    deliveries: 7,
+    duplicatesSuppressed: 2,
+    contentionRetries: 1,
+    transientFailures: 1,
+    crashNacks: 1,
+    storeErrors: 0,
+    storeErrorSample: undefined,
+    errors: 0,
+    errorSample: undefined,
+    crashes: 1,
+    crashesRecovered: 1,
+    crashWindowKills: 0,
+    orphanedDeliveries: 1,
+    deadLettered: 0,
+    pending: 0,
+    maxDeliveryAttempt: 3,
+    maxDeliveryAttempts: 50,
+    unexpectedExits: 0,
+    committed: [],
+    wallMs: 1_234,
+  };
+  const pass = judge({
+    keys: ["a", "b"],
+    journal: [
+      { kind: "effect", seq: 1, key: "a", fence: 1, pid: 1 },
+      { kind: "effect", seq: 2, key: "b", fence: 1, pid: 1 },
+    ],
+    effects: [
+      { key: "a", fence: 1, pid: 1 },
+      { key: "b", fence: 1, pid: 1 },
+    ],
+    committed: [],
+  });
+
+  it("prints every row of the table and a PASS line", () => {
+    expect(pass.kind).toBe("pass");
+    expect(passed(report, pass)).toBe(true);
+    const text = formatReport(report, pass, { keysDone: 2 });
+    expect(row(text, "messages")).toBe("2");
+    expect(row(text, "published (incl. republishes, new messageId)")).toBe("3");
+    expect(row(text, "keys recorded done by oncely")).toBe("2/2");
+    expect(row(text, "contention nacks (503)")).toBe("1");
+    expect(row(text, "crash recoveries (SIGKILL, restarted)")).toBe("1/1");
+    expect(row(text, "dead-lettered (must be 0)")).toBe("0");
+    expect(row(text, "max deliveryAttempt")).toBe("3 of 50");
+    expect(row(text, "wall time")).toBe("1.2 s");
+    expect(text).toMatch(/^verdict: PASS — every one of 2 messages took effect exactly once/m);
+  });
+
+  it("fails a run with a dead letter or a message never settled, even when every side effect is there", () => {
+    const dead = { ...report, deadLettered: 1 };
+    expect(passed(dead, pass)).toBe(false);
+    expect(verdictLine(dead, pass)).toBe(
+      "verdict: FAIL — 0 missing, 0 doubled, 1 dead-lettered, 0 never settled (of 2 messages)",
+    );
+    expect(passed({ ...report, pending: 1 }, pass)).toBe(false);
   });
 });

@@ -26,12 +26,8 @@ export interface DispatchReport {
   readonly messages: number;
   /** Messages published on the topic: one per order plus the republishes. */
   readonly published: number;
-  /** ... of which republishes of a payload under a new messageId. */
-  readonly republished: number;
   /** HTTP push deliveries the simulator made (first deliveries, duplicates, redeliveries, retries). */
   readonly deliveries: number;
-  /** Deliveries answered 2xx (acked). */
-  readonly acks: number;
   /** Deliveries of a key already done, answered 2xx without running the work (oncely's `duplicate`). */
   readonly duplicatesSuppressed: number;
   /** Deliveries answered 503 because another live holder had the key (nacked, redelivered later). */

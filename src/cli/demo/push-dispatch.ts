@@ -85,7 +85,6 @@ export class PushDispatch implements Dispatch {
   readonly #timers = new Set<ReturnType<typeof setTimeout>>();
   readonly #waiting: Array<() => void> = [];
   readonly #committed: CommittedRun[] = [];
-  readonly #orders = new Map<string, Order>();
   readonly #orderOfMessage = new Map<string, Order>();
   readonly #keyOfHash = new Map<string, string>();
   readonly #ackedMessages = new Set<string>();
@@ -111,7 +110,6 @@ export class PushDispatch implements Dispatch {
     deliveries: 0,
     duplicates: 0,
     contention: 0,
-    republished: 0,
     storeErrors: 0,
     errors: 0,
     errorSample: undefined as string | undefined,
@@ -201,19 +199,16 @@ export class PushDispatch implements Dispatch {
     const s = this.#stats;
     const byOutcome = summary.byOutcome;
     const count = (label: string) => byOutcome[label] ?? 0;
-    let acks = 0;
     let otherNacks = 0;
     for (const [label, n] of Object.entries(byOutcome)) {
-      if (/^2\d\d$/.test(label)) acks += n;
-      else if (!["500", "502", "503", "network-error", "timeout"].includes(label)) otherNacks += n;
+      if (/^2\d\d$/.test(label)) continue;
+      if (!["500", "502", "503", "network-error", "timeout"].includes(label)) otherNacks += n;
     }
     if (otherNacks > 0) this.#noteError(`unexpected answers: ${JSON.stringify(byOutcome)}`);
     return {
       messages: plan.messages.length,
       published: summary.messages,
-      republished: s.republished,
       deliveries: summary.deliveries,
-      acks,
       duplicatesSuppressed: s.duplicates,
       contentionRetries: count("503") - unavailable,
       transientFailures: count("500"),
@@ -254,13 +249,11 @@ export class PushDispatch implements Dispatch {
       { copies: plan.concurrentTwin ? 2 : 1, copyDelayMs: 0 },
     );
     const order: Order = { plan, messageId: published.messageId, acked: false };
-    this.#orders.set(plan.key, order);
     this.#orderOfMessage.set(published.messageId, order);
     if (plan.republishAfterMs !== undefined) {
       this.#later(plan.republishAfterMs, () => {
         const again = sim.republish(published.messageId);
         this.#orderOfMessage.set(again.messageId, order);
-        this.#stats.republished++;
       });
     }
   }

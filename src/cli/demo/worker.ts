@@ -40,7 +40,9 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
     (fields, message) =>
       send({ type: "log", level, message: message ?? "", cause: causeOf(fields.error) });
   const logger: Logger = { warn: forward("warn"), error: forward("error") };
-  const opened = await openBackend(parseBackendUrl(options.backend, options.backend), options.namespace);
+  // The coordinator always names the store (the embedded file too): no default applies here.
+  const spec = parseBackendUrl(options.backend, "");
+  const opened = await openBackend(spec, options.namespace);
   const sink = await Sink.open(options.sinkFile);
   const handle = createGuardedHandler({
     backend: opened.backend,
