@@ -282,6 +282,10 @@ describe("demo --backend parsing", () => {
       file: "/var/a.db",
       embedded: false,
     });
+    expect(parseBackendUrl("rediss://cache.internal:6380", "")).toEqual({
+      kind: "redis",
+      url: "rediss://cache.internal:6380",
+    });
     expect(parseBackendUrl("redis://127.0.0.1:6379/2", "")).toEqual({
       kind: "redis",
       url: "redis://127.0.0.1:6379/2",

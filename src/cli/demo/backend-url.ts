@@ -1,7 +1,7 @@
 /**
  * `--backend <url>`: which store the demo's guard runs on. `sqlite:<path>` (or nothing: an embedded
- * file in the run's temp directory) and `redis://host:port[/db]` (the Redis backend on an ioredis
- * client). The keyed sink stays in SQLite whatever the guard's store is.
+ * file in the run's temp directory) and `redis://host:port[/db]` (or `rediss://` for TLS: the Redis
+ * backend on an ioredis client). The keyed sink stays in SQLite whatever the guard's store is.
  */
 import { resolve } from "node:path";
 import { SqliteBackend } from "../../backends/sqlite/index.js";
@@ -22,7 +22,7 @@ export interface OpenedBackend {
 }
 
 /** Schemes a future demo may support; named so that the error says "not yet" rather than "unknown". */
-const LATER = ["postgres:", "postgresql:", "mysql:", "mariadb:", "rediss:", "firestore:", "datastore:"];
+const LATER = ["postgres:", "postgresql:", "mysql:", "mariadb:", "firestore:", "datastore:", "dynamodb:"];
 
 /**
  * Parses `--backend`. `undefined` selects the embedded SQLite file `embeddedFile`.
@@ -43,8 +43,8 @@ export function parseBackendUrl(raw: string | undefined, embeddedFile: string): 
       `--backend ${JSON.stringify(raw)} is not a URL; use sqlite:<path> or redis://host:port`,
     );
   }
-  if (url.protocol === "redis:") {
-    if (url.hostname === "") throw new ConfigurationError(`--backend ${raw}: redis:// needs a host`);
+  if (url.protocol === "redis:" || url.protocol === "rediss:") {
+    if (url.hostname === "") throw new ConfigurationError(`--backend ${raw}: ${url.protocol}// needs a host`);
     if (url.pathname !== "" && url.pathname !== "/" && !/^\/\d{1,2}$/.test(url.pathname)) {
       throw new ConfigurationError(`--backend ${raw}: the path must be a database number, e.g. /0`);
     }

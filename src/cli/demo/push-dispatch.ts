@@ -39,6 +39,11 @@ export interface PushDispatchOptions {
   readonly sink: Sink;
   /** The subscription's dead-letter policy. @default 50 */
   readonly maxDeliveryAttempts?: number | undefined;
+  /**
+   * The subscription's retry policy (Pub/Sub's minimum and maximum backoff, scaled down).
+   * @default { minMs: 20, maxMs: 500 }
+   */
+  readonly backoff?: { readonly minMs: number; readonly maxMs: number } | undefined;
   /** Give up (reject) when the run has not finished by then. @default 120_000 */
   readonly timeoutMs?: number | undefined;
 }
@@ -172,7 +177,7 @@ export class PushDispatch implements Dispatch {
         project: "oncely-demo",
         topic: "orders",
         subscriptions: [{ name: "orders-push", maxDeliveryAttempts: this.#maxAttempts }],
-        backoff: { minMs: 20, maxMs: 500, multiplier: 2, jitter: true },
+        backoff: { ...(this.#options.backoff ?? { minMs: 20, maxMs: 500 }), multiplier: 2, jitter: true },
         timeoutMs: 10_000,
         maxInFlight: this.#options.workers * this.#perWorker,
         random: () => this.#random.next(),

@@ -60,6 +60,19 @@ export function workerArgs(
   ];
 }
 
+/** The simulated subscription's dead-letter policy (Pub/Sub allows 5–100). */
+export const MAX_DELIVERY_ATTEMPTS = 50;
+
+/**
+ * The simulated subscription's retry policy, sized to the lease (SPEC §5, dead-letter sizing): a key
+ * a killed worker held answers 503 until its lease lapses, and each of those nacks burns a delivery
+ * attempt, so the longest backoff grows with the lease to keep the attempts one lease costs well
+ * under the policy.
+ */
+export function subscriptionBackoff(leaseMs: number): { minMs: number; maxMs: number } {
+  return { minMs: 20, maxMs: Math.max(500, Math.ceil(leaseMs / 3)) };
+}
+
 /** The URL workers are given for `spec` (always explicit: they must open the very same store). */
 function workerUrl(spec: BackendSpec): string {
   return spec.kind === "sqlite" ? `sqlite:${spec.file}` : spec.url;
@@ -99,6 +112,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
   };
   process.once("SIGINT", interrupt);
   const plan = planDemo(options.messages, options.seed);
+  const backoff = subscriptionBackoff(options.leaseMs);
   try {
     await backend.get("oncely-demo-warmup");
     out.write(
@@ -109,9 +123,12 @@ export async function runDemo(options: DemoOptions): Promise<number> {
         `${plan.messages.filter((m) => m.redeliveriesAfterAck > 0).length} redelivered after the ack, ` +
         `${plan.messages.filter((m) => m.republishAfterMs !== undefined).length} republished under a new messageId, ` +
         `${plan.messages.filter((m) => m.transientFailures > 0).length} with transient failures, ` +
-        `${plan.killAfterAcks.length} worker kills (SIGKILL)\n`,
+        `${plan.killAfterAcks.length} worker kills (SIGKILL)\n` +
+        `subscription: dead-letter after ${MAX_DELIVERY_ATTEMPTS} attempts, backoff ${backoff.minMs}–${backoff.maxMs} ms\n`,
     );
     const running: Dispatch = new PushDispatch({
+      maxDeliveryAttempts: MAX_DELIVERY_ATTEMPTS,
+      backoff,
       entry: options.entry,
       workerArgs: workerArgs(workerUrl(spec), namespace, options.keyBy, sinkFile, options.leaseMs),
       workers: options.workers,
