@@ -459,7 +459,7 @@ export class PushDispatch implements Dispatch {
         return;
       }
       case "event":
-        if (worker.killed) return;
+        // Events a worker sent before it was killed are facts all the same.
         if (message.event === EventType.Duplicate) this.#stats.duplicates++;
         else if (message.event === EventType.Completed && message.fence !== undefined) {
           const key = this.#keyOfHash.get(message.keyHash);
