@@ -325,6 +325,23 @@ describe("redis backend: configuration", () => {
     assert.throws(() => new RedisBackend({ client: io, retentionGraceMs: -1 }), ConfigurationError);
   });
 
+  it("durations: fractions round up to whole milliseconds; negative or infinite ones are refused", async () => {
+    const backend = new RedisBackend({ client: io, namespace: `x${randomUUID().slice(0, 8)}` });
+    const k = `k-${randomUUID()}`;
+    const won = await backend.claim(k, { leaseMs: 2_000.4, ttlMs: 10_000.2, token: newToken() });
+    assert.equal(won.kind, "won");
+    const claim = (won as Extract<typeof won, { kind: "won" }>).claim;
+    assert.equal(await backend.renew(claim, 1_500.5), true);
+    assert.equal((await backend.get(k))?.state, "claimed", "the record still decodes");
+    await assert.rejects(
+      backend.claim(k, { leaseMs: -1, ttlMs: 1_000, token: newToken() }),
+      ConfigurationError,
+    );
+    await assert.rejects(backend.renew(claim, Number.POSITIVE_INFINITY), ConfigurationError);
+    await assert.rejects(backend.complete(claim, { ttlMs: Number.NaN }), ConfigurationError);
+    assert.equal(await backend.complete(claim, { ttlMs: 1_000.9 }), true, "nothing was lost to the refusals");
+  });
+
   it("a store failure surfaces as StorageError naming redis and the operation", async () => {
     const dead = new Redis({
       port: 1,

@@ -68,6 +68,9 @@ function bytes(value: unknown): Uint8Array | undefined {
   return new Uint8Array(buffer.buffer.slice(buffer.byteOffset, buffer.byteOffset + buffer.byteLength));
 }
 
+/** Ten years: far beyond any lease or ttl, and small enough that every time fits the record's digits. */
+const MAX_DURATION_MS = 10 * 365 * 24 * 3600_000;
+
 /** What a waiter compares to tell whether a record changed. */
 function snapshot(record: StoredRecord | undefined): string {
   return record === undefined
@@ -147,11 +150,21 @@ export class RedisBackend implements Backend {
     return `${this.#key(key)}:changed`;
   }
 
+  /** A duration as the scripts take it: whole milliseconds, rounded up; anything else is refused. */
+  #ms(what: string, value: number): string {
+    if (typeof value !== "number" || !Number.isFinite(value) || value < 0 || value > MAX_DURATION_MS) {
+      throw new ConfigurationError(`${what} must be a finite number of milliseconds >= 0, got ${value}`, {
+        backend: this.name,
+      });
+    }
+    return String(Math.ceil(value));
+  }
+
   #claimArgs(options: ClaimOptions): RedisArg[] {
     return [
       options.token,
-      String(options.leaseMs),
-      String(options.ttlMs),
+      this.#ms("leaseMs", options.leaseMs),
+      this.#ms("ttlMs", options.ttlMs),
       options.fingerprint === undefined ? "-" : `+${options.fingerprint}`,
       this.#grace,
     ];
@@ -253,11 +266,11 @@ export class RedisBackend implements Backend {
   }
 
   /** complete: true when the fence matches a claimed record (now done) or a done one (a retried complete). */
-  complete(claim: Claim, options: CompleteOptions): Promise<boolean> {
+  async complete(claim: Claim, options: CompleteOptions): Promise<boolean> {
     const result = options.result;
     return this.#flag("complete", claim.key, COMPLETE, [
       String(claim.fence),
-      String(options.ttlMs),
+      this.#ms("ttlMs", options.ttlMs),
       result === undefined ? "0" : "1",
       result === undefined ? "" : toRedisArg(result),
       this.#grace,
@@ -266,21 +279,21 @@ export class RedisBackend implements Backend {
   }
 
   /** release: on a matching claimed record, lease = now, fence + 1, token cleared; the record stays. */
-  release(claim: Claim): Promise<boolean> {
+  async release(claim: Claim): Promise<boolean> {
     return this.#flag("release", claim.key, RELEASE, [
       String(claim.fence),
-      String(claim.ttlMs),
+      this.#ms("ttlMs", claim.ttlMs),
       this.#grace,
       this.#notify ? this.#channel(claim.key) : "",
     ]);
   }
 
   /** renew: on a matching claimed record, lease = now + leaseMs (server clock); no lease check. */
-  renew(claim: Claim, leaseMs: number): Promise<boolean> {
+  async renew(claim: Claim, leaseMs: number): Promise<boolean> {
     return this.#flag("renew", claim.key, RENEW, [
       String(claim.fence),
-      String(leaseMs),
-      String(claim.ttlMs),
+      this.#ms("leaseMs", leaseMs),
+      this.#ms("ttlMs", claim.ttlMs),
       this.#grace,
     ]);
   }

@@ -68,7 +68,7 @@ local fp = false
 if string.sub(ARGV[4], 1, 1) == '+' then fp = string.sub(ARGV[4], 2) end
 local function win(fence, via, claimedAt, keep)
   local lu = now + lease
-  redis.call('SET', k, pack('c', fence, lu, lu + ttl, claimedAt, false, token, keep, false), 'PX', lease + ttl + grace)
+  redis.call('SET', k, pack('c', fence, lu, lu + ttl, claimedAt, false, token, keep, false), 'PX', math.max(1, lease + ttl + grace))
   return {1, fence, lu, via}
 end
 local raw = redis.pcall('GET', k)
@@ -99,7 +99,7 @@ if r.s == 'd' then return 1 end
 local ttl = tonumber(ARGV[2])
 local result = false
 if ARGV[3] == '1' then result = ARGV[4] end
-redis.call('SET', k, pack('d', r.f, r.l, now + ttl, r.c, now, r.t, r.p, result), 'PX', ttl + tonumber(ARGV[5]))
+redis.call('SET', k, pack('d', r.f, r.l, now + ttl, r.c, now, r.t, r.p, result), 'PX', math.max(1, ttl + tonumber(ARGV[5])))
 if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], 'done') end
 return 1
 `,
@@ -114,7 +114,7 @@ if type(raw) ~= 'string' then return 0 end
 local r = parse(raw)
 if not r or r.s ~= 'c' or r.f ~= tonumber(ARGV[1]) then return 0 end
 local ttl = tonumber(ARGV[2])
-redis.call('SET', k, pack('c', r.f + 1, now, now + ttl, r.c, false, '', r.p, false), 'PX', ttl + tonumber(ARGV[3]))
+redis.call('SET', k, pack('c', r.f + 1, now, now + ttl, r.c, false, '', r.p, false), 'PX', math.max(1, ttl + tonumber(ARGV[3])))
 if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], 'released') end
 return 1
 `,
@@ -129,7 +129,7 @@ if type(raw) ~= 'string' then return 0 end
 local r = parse(raw)
 if not r or r.s ~= 'c' or r.f ~= tonumber(ARGV[1]) then return 0 end
 local lease, ttl = tonumber(ARGV[2]), tonumber(ARGV[3])
-redis.call('SET', k, pack('c', r.f, now + lease, now + lease + ttl, r.c, false, r.t, r.p, false), 'PX', lease + ttl + tonumber(ARGV[4]))
+redis.call('SET', k, pack('c', r.f, now + lease, now + lease + ttl, r.c, false, r.t, r.p, false), 'PX', math.max(1, lease + ttl + tonumber(ARGV[4])))
 return 1
 `,
 );
