@@ -83,8 +83,9 @@ function toRedisArg(value: Uint8Array): Buffer {
 }
 
 /**
- * Records in Redis, one hash per key, every transition one `EVALSHA` of a small Lua script that reads
- * the clock with `TIME`: client clock skew can neither expire nor extend a lease. Scripts touch only
+ * Records in Redis, one packed string per key (layout in `scripts.ts`), every transition one `EVALSHA`
+ * of a small Lua script that reads the clock with `TIME`: client clock skew can neither expire nor
+ * extend a lease. Scripts touch only
  * the record's key, so the backend is Cluster-safe. A script missing from a node's cache (restart,
  * failover, reshard, `SCRIPT FLUSH`) is answered `NOSCRIPT`; the call is then retried once as `EVAL`,
  * which both clients route by key to the node that owns it and which caches the script there — no
