@@ -20,8 +20,35 @@ import type {
   StoredRecord,
 } from "../../core/types.js";
 
-/** Brands the records a memory backend wrote itself: known good, so reads skip decoding them. */
-const written = Symbol("oncely.memory.written");
+/**
+ * A record this backend wrote itself: known good, so reads skip decoding it. A class (not a brand
+ * property) keeps one hidden class for every record, which matters on the hot path.
+ */
+class WrittenRecord implements StoredRecord {
+  readonly key: string;
+  readonly state: StoredRecord["state"];
+  readonly fence: number;
+  readonly token: string;
+  readonly leaseUntil: number;
+  readonly expiresAt: number;
+  readonly fingerprint: string | undefined;
+  readonly result: Uint8Array | undefined;
+  readonly claimedAt: number;
+  readonly completedAt: number | undefined;
+
+  constructor(r: StoredRecord) {
+    this.key = r.key;
+    this.state = r.state;
+    this.fence = r.fence;
+    this.token = r.token;
+    this.leaseUntil = r.leaseUntil;
+    this.expiresAt = r.expiresAt;
+    this.fingerprint = r.fingerprint;
+    this.result = r.result?.slice();
+    this.claimedAt = r.claimedAt;
+    this.completedAt = r.completedAt;
+  }
+}
 
 export interface MemoryBackendOptions {
   /**
@@ -73,15 +100,13 @@ export class MemoryBackend implements Backend {
   #read(id: string): Observed {
     const raw = this.#map.get(id);
     if (raw === undefined && !this.#map.has(id)) return undefined;
-    if (typeof raw === "object" && raw !== null && (raw as { [written]?: true })[written] === true) {
-      return raw as StoredRecord;
-    }
+    if (raw instanceof WrittenRecord) return raw;
     return decodeRecord(raw);
   }
 
   #write(id: string, record: StoredRecord | undefined): void {
     if (record === undefined) return;
-    this.#map.set(id, { ...record, result: record.result?.slice(), [written]: true });
+    this.#map.set(id, new WrittenRecord(record));
     this.#notify(id);
   }
 
