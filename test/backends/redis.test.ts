@@ -38,7 +38,7 @@ backendContract(
       namespaces.set(backend, namespace);
       return backend;
     },
-    // not a hash at all: the claim script's HMGET fails with WRONGTYPE
+    // not a record at all
     corrupt: async (backend, key) => {
       await io.set(rawKey(backend, key), "\xff garbage");
     },
@@ -218,10 +218,25 @@ for (const [label, client] of [
         assert.equal(outcome.kind === "won" && outcome.via, "corrupt");
         assert.equal((await backend.get(k))?.state, "claimed");
       }
-      const k = `k-${randomUUID()}`;
-      await io.set(rawKey(backend, k), "1|x|41|torn record");
-      const outcome = await backend.claim(k, claimOptions());
-      assert.equal(outcome.kind === "won" && outcome.claim.fence, 42, "a readable fence is continued");
+      // readable fences are continued: a torn record of the older ASCII layout, a whole one (now
+      // corrupt too), and a version-2 record cut short after its header's fence
+      const torn = Buffer.alloc(20);
+      torn[0] = 2;
+      torn[1] = 99;
+      torn.writeDoubleBE(61, 2);
+      const readable: Array<[string | Buffer, number]> = [
+        ["1|x|41|torn record", 42],
+        ["1|c|51|1796000000000|1796003600000|1796000000000||3|||tok", 52],
+        [torn, 62],
+      ];
+      for (const [value, next] of readable) {
+        const k = `k-${randomUUID()}`;
+        await io.set(rawKey(backend, k), value);
+        assert.equal(await backend.get(k), undefined, "get treats it as absent");
+        const outcome = await backend.claim(k, claimOptions());
+        assert.equal(outcome.kind === "won" && outcome.via, "corrupt");
+        assert.equal(outcome.kind === "won" && outcome.claim.fence, next, "a readable fence is continued");
+      }
     });
 
     it("a dropped notification (subscriber killed with CLIENT KILL) costs latency, not a hang", async () => {

@@ -57,16 +57,25 @@ function num(value: unknown): number {
   return /^-?\d+$/.test(text) ? Number(text) : Number.NaN;
 }
 
+/** A stored optional field as the claim script returns it: empty for "none", else `+` and the value. */
+function optional(value: unknown): Buffer | undefined {
+  const buffer = Buffer.isBuffer(value) ? value : Buffer.from(String(value ?? ""), "latin1");
+  if (buffer.length === 0) return undefined;
+  if (buffer[0] !== PLUS) throw new Error("unexpected optional field in the claim reply");
+  return buffer.subarray(1);
+}
+
 function text(value: unknown): string | undefined {
-  if (value === null || value === undefined) return undefined;
-  return Buffer.isBuffer(value) ? value.toString("utf8") : String(value);
+  return optional(value)?.toString("utf8");
 }
 
 function bytes(value: unknown): Uint8Array | undefined {
-  if (value === null || value === undefined) return undefined;
-  const buffer = Buffer.isBuffer(value) ? value : Buffer.from(String(value), "latin1");
-  return new Uint8Array(buffer.buffer.slice(buffer.byteOffset, buffer.byteOffset + buffer.byteLength));
+  const buffer = optional(value);
+  return buffer === undefined ? undefined : new Uint8Array(buffer);
 }
+
+const PLUS = 43;
+const PLUS_BUFFER = Buffer.from("+");
 
 /** Ten years: far beyond any lease or ttl, and small enough that every time fits the record's digits. */
 const MAX_DURATION_MS = 10 * 365 * 24 * 3600_000;
@@ -78,8 +87,9 @@ function snapshot(record: StoredRecord | undefined): string {
     : `${record.state}|${record.fence}|${record.token}|${record.leaseUntil}`;
 }
 
-function toRedisArg(value: Uint8Array): Buffer {
-  return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+/** A result as the complete script stores it: `+` and the bytes. */
+function resultArg(value: Uint8Array): Buffer {
+  return Buffer.concat([PLUS_BUFFER, value], value.byteLength + 1);
 }
 
 /**
@@ -101,7 +111,7 @@ export class RedisBackend implements Backend {
   readonly flavour: RedisFlavour;
   readonly #driver: Driver;
   readonly #namespace: string;
-  readonly #grace: string;
+  readonly #grace: number;
   readonly #notify: boolean;
   readonly #linger: number;
   readonly #waiters = new Map<string, Set<() => void>>();
@@ -125,7 +135,7 @@ export class RedisBackend implements Backend {
         backend: this.name,
       });
     }
-    this.#grace = String(grace);
+    this.#grace = grace;
     this.#linger = options.unsubscribeLingerMs ?? 1_000;
     if (!Number.isFinite(this.#linger) || this.#linger < 0) {
       throw new ConfigurationError(`unsubscribeLingerMs must be >= 0, got ${this.#linger}`, {
@@ -152,22 +162,29 @@ export class RedisBackend implements Backend {
   }
 
   /** A duration as the scripts take it: whole milliseconds, rounded up; anything else is refused. */
-  #ms(what: string, value: number): string {
-    if (typeof value !== "number" || !Number.isFinite(value) || value < 0 || value > MAX_DURATION_MS) {
+  #ms(what: string, value: number): number {
+    if (typeof value !== "number" || !(value >= 0 && value <= MAX_DURATION_MS)) {
       throw new ConfigurationError(`${what} must be a finite number of milliseconds >= 0, got ${value}`, {
         backend: this.name,
       });
     }
-    return String(Math.ceil(value));
+    return Math.ceil(value);
+  }
+
+  /** The key's physical expiry (`SET … PX`) for a record that lives `ms` more: plus the grace, at least 1. */
+  #px(ms: number): string {
+    return String(Math.max(1, ms + this.#grace));
   }
 
   #claimArgs(options: ClaimOptions): RedisArg[] {
+    const lease = this.#ms("leaseMs", options.leaseMs);
+    const ttl = this.#ms("ttlMs", options.ttlMs);
     return [
       options.token,
-      this.#ms("leaseMs", options.leaseMs),
-      this.#ms("ttlMs", options.ttlMs),
-      options.fingerprint === undefined ? "-" : `+${options.fingerprint}`,
-      this.#grace,
+      String(lease),
+      String(ttl),
+      options.fingerprint === undefined ? "" : `+${options.fingerprint}`,
+      this.#px(lease + ttl),
     ];
   }
 
@@ -269,33 +286,36 @@ export class RedisBackend implements Backend {
   /** complete: true when the fence matches a claimed record (now done) or a done one (a retried complete). */
   async complete(claim: Claim, options: CompleteOptions): Promise<boolean> {
     const result = options.result;
+    const ttl = this.#ms("ttlMs", options.ttlMs);
     return this.#flag("complete", claim.key, COMPLETE, [
       String(claim.fence),
-      this.#ms("ttlMs", options.ttlMs),
-      result === undefined ? "0" : "1",
-      result === undefined ? "" : toRedisArg(result),
-      this.#grace,
+      String(ttl),
+      result === undefined ? "" : resultArg(result),
+      this.#px(ttl),
       this.#notify ? this.#channel(claim.key) : "",
     ]);
   }
 
   /** release: on a matching claimed record, lease = now, fence + 1, token cleared; the record stays. */
   async release(claim: Claim): Promise<boolean> {
+    const ttl = this.#ms("ttlMs", claim.ttlMs);
     return this.#flag("release", claim.key, RELEASE, [
       String(claim.fence),
-      this.#ms("ttlMs", claim.ttlMs),
-      this.#grace,
+      String(ttl),
+      this.#px(ttl),
       this.#notify ? this.#channel(claim.key) : "",
     ]);
   }
 
   /** renew: on a matching claimed record, lease = now + leaseMs (server clock); no lease check. */
   async renew(claim: Claim, leaseMs: number): Promise<boolean> {
+    const lease = this.#ms("leaseMs", leaseMs);
+    const ttl = this.#ms("ttlMs", claim.ttlMs);
     return this.#flag("renew", claim.key, RENEW, [
       String(claim.fence),
-      this.#ms("leaseMs", leaseMs),
-      this.#ms("ttlMs", claim.ttlMs),
-      this.#grace,
+      String(lease),
+      String(ttl),
+      this.#px(lease + ttl),
     ]);
   }
 

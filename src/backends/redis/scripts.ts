@@ -3,18 +3,29 @@
  * record's key, reads the clock with `TIME` (never the client's), touches exactly one key (Cluster-safe)
  * and sets the key's physical expiry from the same clock.
  *
- * Record layout: one string per key, a short ASCII header followed by the variable parts —
+ * Record layout (version 2): one binary string per key, a fixed 54-byte header packed with Redis Lua's
+ * built-in `struct` library (big-endian) followed by three length-prefixed byte strings —
  *
- *     1|<c|d>|<fence>|<leaseUntil>|<expiresAt>|<claimedAt>|<completedAt>|<#token>|<#fingerprint>|<#result>|<token><fingerprint><result>
+ *     B version (2) | B state ('c' claimed, 'd' done) | d fence | d leaseUntil | d expiresAt |
+ *     d claimedAt | d completedAt (0 = none) | i4 #token, token | i4 #fp, fp | i4 #result, result
  *
- * (`c` claimed, `d` done; an empty completedAt/length means "none"; the result is raw bytes). A string
- * rather than a hash because every transition is then one `GET` and one `SET … PX` (a hash needs
- * `HMGET`, `HSET` and `PEXPIRE`): on Redis 7 the claim of a new key costs about a third less server
- * time this way (measured with `INFO commandstats`, see docs/redis.md).
+ * (`struct` format `>BBdddddi4c0i4c0i4c0`). Times and fences are doubles, exact for integers below
+ * 2^53. The fingerprint and result are stored as the client sends them: empty for "none", else `+`
+ * followed by the value, so that "none" and an empty value stay distinct without a flag. One
+ * `struct.unpack` decodes a whole record and one `struct.pack` writes it — no pattern match, no
+ * number formatting or parsing, no per-call closures — which is what brings a transition close to
+ * the cost of its `TIME`, `GET` and `SET` (figures in docs/redis.md). A string rather than a hash
+ * because every transition is then one `GET` and one `SET … PX` (a hash needs `HMGET`, `HSET` and
+ * `PEXPIRE`).
+ *
+ * Anything else under the key — garbage, another type, a record of the older ASCII layout
+ * (`1|<c|d>|<fence>|…`) — is corrupt: absent for every purpose, except that a claim continues above
+ * its fence when that fence is still readable.
  *
  * The physical expiry is the logical one plus a grace: a claim soon after a logical expiry still finds
  * the old fence and continues above it; after the grace the key is new again (fence 1), which §2
- * allows because retention (`lease + ttl`) outlives every holder.
+ * allows because retention (`lease + ttl`) outlives every holder. The client computes the `PX` value
+ * (`max(1, lease + ttl + grace)`) and passes it as an argument.
  */
 import { createHash } from "node:crypto";
 
@@ -25,111 +36,118 @@ export interface Script {
   readonly sha: string;
 }
 
-function script(name: string, body: string): Script {
-  const source = `${PRELUDE}\n${body.trim()}\n`;
+function script(name: string, body: string, prelude = PRELUDE): Script {
+  const source = `${prelude}${body.trim()}\n`;
   return { name, source, sha: createHash("sha1").update(source).digest("hex") };
 }
 
 /** How a won claim found its key, as the claim script reports it (index into `ClaimVia` order below). */
 export const VIA_CODES = ["absent", "reaffirmed", "lapsed", "expired", "corrupt"] as const;
 
-const PRELUDE = `
-local k = KEYS[1]
+/** The record's `struct` format (see the layout above) and the record version byte. */
+export const RECORD_FORMAT = ">BBdddddi4c0i4c0i4c0";
+export const RECORD_VERSION = 2;
+/** Bytes before the token: version, state, five doubles, the token's length. */
+export const RECORD_HEADER_BYTES = 46;
+
+// `now` in whole milliseconds of the server clock; `H` the record format.
+const PRELUDE = `local k, H = KEYS[1], '${RECORD_FORMAT}'
 local tm = redis.call('TIME')
-local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
-local function parse(raw)
-  local s, f, l, e, c, d, tl, fl, rl, pos = string.match(raw, '^1|([cd])|(%d+)|(%d+)|(%d+)|(%d+)|(%d*)|(%d+)|(%d*)|(%d*)|()')
-  if not s then return nil end
-  local tn, fn, rn = tonumber(tl), tonumber(fl) or 0, tonumber(rl) or 0
-  if pos + tn + fn + rn - 1 ~= #raw then return nil end
-  local r = {s = s, f = tonumber(f), l = tonumber(l), e = tonumber(e), c = tonumber(c), d = tonumber(d),
-    t = string.sub(raw, pos, pos + tn - 1), p = false, r = false}
-  if r.f < 1 then return nil end
-  if fl ~= '' then r.p = string.sub(raw, pos + tn, pos + tn + fn - 1) end
-  if rl ~= '' then r.r = string.sub(raw, pos + tn + fn) end
-  return r
-end
-local function pack(s, f, l, e, c, d, t, p, r)
-  return '1|' .. s .. '|' .. f .. '|' .. l .. '|' .. e .. '|' .. c .. '|' .. (d or '') .. '|' .. #t .. '|' ..
-    (p and #p or '') .. '|' .. (r and #r or '') .. '|' .. t .. (p or '') .. (r or '')
-end`.trim();
+local us = tonumber(tm[2])
+local now = tonumber(tm[1]) * 1000 + (us - us % 1000) / 1000
+`;
 
 /**
- * claim — ARGV: token, leaseMs, ttlMs, fingerprint ('-' none, '+' .. value), graceMs.
+ * Decodes `raw` (a string) into ok, v, s, f, l, e, c, d, t, p, r, nx (locals of the including script);
+ * `valid` is true only for a well-formed version-2 record.
+ */
+const DECODE = `
+local ok, v, s, f, l, e, c, d, t, p, r, nx = pcall(struct.unpack, H, raw)
+local valid = ok and v == ${RECORD_VERSION} and nx == #raw + 1 and (s == 99 or s == 100) and f >= 1 and f % 1 == 0`;
+
+/**
+ * claim — ARGV: token, leaseMs, ttlMs, fingerprint ('' none, '+' .. value), PX (lease + ttl + grace, >= 1).
  * Returns {1, fence, leaseUntil, via code} (won) | {2, fence, leaseUntil, remainingMs, fingerprint}
- * (held) | {3, fence, completedAt, expiresAt, fingerprint, result} (done).
+ * (held) | {3, fence, completedAt, expiresAt, fingerprint, result} (done); fingerprint and result as
+ * stored ('' none, '+' .. value).
  * The order of the checks is the order of `planClaim` in src/core/transitions.ts.
  */
 export const CLAIM = script(
   "claim",
   `
-local token, lease, ttl, grace = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
-local fp = false
-if string.sub(ARGV[4], 1, 1) == '+' then fp = string.sub(ARGV[4], 2) end
-local function win(fence, via, claimedAt, keep)
-  local lu = now + lease
-  redis.call('SET', k, pack('c', fence, lu, lu + ttl, claimedAt, false, token, keep, false), 'PX', math.max(1, lease + ttl + grace))
-  return {1, fence, lu, via}
-end
+local token, fp = ARGV[1], ARGV[4]
+local fence, via, claimedAt = 1, 0, now
 local raw = redis.pcall('GET', k)
-if type(raw) == 'table' then return win(1, 4, now, fp) end
-if not raw then return win(1, 0, now, fp) end
-local r = parse(raw)
-if not r then return win((tonumber(string.match(raw, '^1|[^|]*|(%d+)|')) or 0) + 1, 4, now, fp) end
-if now >= r.e then return win(r.f + 1, 3, now, fp) end
-if r.s == 'd' then return {3, r.f, r.d or r.c, r.e, r.p, r.r} end
-if r.t ~= '' and r.t == token then return win(r.f, 1, r.c, r.p) end
-if now < r.l then return {2, r.f, r.l, r.l - now, r.p} end
-return win(r.f + 1, 2, now, fp)
+if type(raw) == 'string' then
+  ${DECODE}
+  if valid then
+    if now >= e then fence, via = f + 1, 3
+    elseif s == 100 then
+      if d == 0 then d = c end
+      return {3, f, d, e, p, r}
+    elseif t == token and t ~= '' then fence, via, claimedAt, fp = f, 1, c, p
+    elseif now < l then return {2, f, l, l - now, p}
+    else fence, via = f + 1, 2 end
+  else
+    local g = 0
+    if string.byte(raw) == ${RECORD_VERSION} and #raw >= 10 then g = struct.unpack('>d', raw, 3)
+    else g = tonumber(string.match(raw, '^1|[^|]*|(%d+)|')) or 0 end
+    if not (g >= 1 and g < 9007199254740991 and g % 1 == 0) then g = 0 end
+    fence, via = g + 1, 4
+  end
+elseif raw then via = 4 end
+local lu = now + tonumber(ARGV[2])
+redis.call('SET', k, struct.pack(H, ${RECORD_VERSION}, 99, fence, lu, lu + tonumber(ARGV[3]), claimedAt, 0, #token, token, #fp, fp, 0, ''), 'PX', ARGV[5])
+return {1, fence, lu, via}
 `,
 );
 
 /**
- * complete — ARGV: fence, ttlMs, hasResult ('1'/'0'), result bytes, graceMs, channel ('' = no publish).
- * Returns 1 when the fence matches (a done record with the same fence answers 1 again), else 0.
+ * complete — ARGV: fence, ttlMs, result ('' none, '+' .. bytes), PX (ttl + grace, >= 1), channel ('' = no
+ * publish). Returns 1 when the fence matches (a done record with the same fence answers 1 again), else 0.
  */
 export const COMPLETE = script(
   "complete",
   `
 local raw = redis.pcall('GET', k)
 if type(raw) ~= 'string' then return 0 end
-local r = parse(raw)
-if not r or r.f ~= tonumber(ARGV[1]) then return 0 end
-if r.s == 'd' then return 1 end
-local ttl = tonumber(ARGV[2])
-local result = false
-if ARGV[3] == '1' then result = ARGV[4] end
-redis.call('SET', k, pack('d', r.f, r.l, now + ttl, r.c, now, r.t, r.p, result), 'PX', math.max(1, ttl + tonumber(ARGV[5])))
-if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], 'done') end
+${DECODE}
+if not valid or f ~= tonumber(ARGV[1]) then return 0 end
+if s == 100 then return 1 end
+local res = ARGV[3]
+redis.call('SET', k, struct.pack(H, ${RECORD_VERSION}, 100, f, l, now + tonumber(ARGV[2]), c, now, #t, t, #p, p, #res, res), 'PX', ARGV[4])
+if ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], 'done') end
 return 1
 `,
 );
 
-/** release — ARGV: fence, ttlMs (the claim's), graceMs, channel. Lease = now, fence + 1, token cleared. */
+/** release — ARGV: fence, ttlMs (the claim's), PX (ttl + grace, >= 1), channel. Lease = now, fence + 1, token cleared. */
 export const RELEASE = script(
   "release",
   `
 local raw = redis.pcall('GET', k)
 if type(raw) ~= 'string' then return 0 end
-local r = parse(raw)
-if not r or r.s ~= 'c' or r.f ~= tonumber(ARGV[1]) then return 0 end
-local ttl = tonumber(ARGV[2])
-redis.call('SET', k, pack('c', r.f + 1, now, now + ttl, r.c, false, '', r.p, false), 'PX', math.max(1, ttl + tonumber(ARGV[3])))
+${DECODE}
+if not valid or s ~= 99 or f ~= tonumber(ARGV[1]) then return 0 end
+redis.call('SET', k, struct.pack(H, ${RECORD_VERSION}, 99, f + 1, now, now + tonumber(ARGV[2]), c, 0, 0, '', #p, p, 0, ''), 'PX', ARGV[3])
 if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], 'released') end
 return 1
 `,
 );
 
-/** renew — ARGV: fence, leaseMs, ttlMs (the claim's), graceMs. Lease = now + leaseMs; no lease check. */
+/**
+ * renew — ARGV: fence, leaseMs, ttlMs (the claim's), PX (lease + ttl + grace, >= 1).
+ * Lease = now + leaseMs; no lease check.
+ */
 export const RENEW = script(
   "renew",
   `
 local raw = redis.pcall('GET', k)
 if type(raw) ~= 'string' then return 0 end
-local r = parse(raw)
-if not r or r.s ~= 'c' or r.f ~= tonumber(ARGV[1]) then return 0 end
-local lease, ttl = tonumber(ARGV[2]), tonumber(ARGV[3])
-redis.call('SET', k, pack('c', r.f, now + lease, now + lease + ttl, r.c, false, r.t, r.p, false), 'PX', math.max(1, lease + ttl + tonumber(ARGV[4])))
+${DECODE}
+if not valid or s ~= 99 or f ~= tonumber(ARGV[1]) then return 0 end
+local lu = now + tonumber(ARGV[2])
+redis.call('SET', k, struct.pack(H, ${RECORD_VERSION}, 99, f, lu, lu + tonumber(ARGV[3]), c, 0, #t, t, #p, p, 0, ''), 'PX', ARGV[4])
 return 1
 `,
 );
@@ -147,41 +165,49 @@ return {now, 0, raw}
 `,
 );
 
-/** delete — removes the record; returns how many keys were removed (0 or 1). */
-export const DELETE_ONE = script("delete", "return redis.call('DEL', k)");
+/** delete — removes the record; returns how many keys were removed (0 or 1). No clock needed. */
+export const DELETE_ONE = script("delete", "return redis.call('DEL', KEYS[1])", "");
+
+/** A stored fingerprint or result field: empty for "none", else `+` and the value. */
+function optional(raw: Buffer, start: number, end: number): Buffer | null | undefined {
+  if (start === end) return undefined;
+  return raw[start] === 43 ? raw.subarray(start + 1, end) : null;
+}
 
 /**
- * Reads the packed layout above into the fields `decodeRecord` checks; anything malformed comes back
- * as `undefined` fields, which `decodeRecord` turns into a corrupt record.
+ * Reads the version-2 layout above into the fields `decodeRecord` checks; anything malformed comes
+ * back with missing fields (the fence kept when it is readable), which `decodeRecord` turns into a
+ * corrupt record.
  */
 export function unpackRecord(key: string, raw: Buffer): Record<string, unknown> {
-  const fields: string[] = [];
-  let pos = 0;
-  for (let i = 0; i < 10; i++) {
-    const bar = raw.indexOf(124, pos);
-    if (bar < 0) return { key };
-    fields.push(raw.toString("latin1", pos, bar));
-    pos = bar + 1;
+  if (raw.length < 10 || raw[0] !== RECORD_VERSION) {
+    const legacy = /^1\|[^|]*\|(\d+)\|/.exec(raw.toString("latin1", 0, 64));
+    return { key, fence: legacy === null ? undefined : Number(legacy[1]) };
   }
-  const [version, s, f, l, e, c, d, tl, fl, rl] = fields as [string, ...string[]];
-  const int = (v: string | undefined) => (v !== undefined && /^\d+$/.test(v) ? Number(v) : undefined);
-  const tokenLength = int(tl) ?? -1;
-  const fpLength = fl === "" ? 0 : (int(fl) ?? -1);
-  const resultLength = rl === "" ? 0 : (int(rl) ?? -1);
-  if (version !== "1" || tokenLength < 0 || fpLength < 0 || resultLength < 0) return { key, fence: int(f) };
-  if (pos + tokenLength + fpLength + resultLength !== raw.length) return { key, fence: int(f) };
-  const result = rl === "" ? undefined : new Uint8Array(raw.subarray(pos + tokenLength + fpLength));
+  const fence = raw.readDoubleBE(2);
+  const corrupt = { key, fence };
+  if (raw.length < RECORD_HEADER_BYTES) return corrupt;
+  const tokenEnd = RECORD_HEADER_BYTES + raw.readInt32BE(42);
+  if (tokenEnd < RECORD_HEADER_BYTES || tokenEnd + 4 > raw.length) return corrupt;
+  const fpEnd = tokenEnd + 4 + raw.readInt32BE(tokenEnd);
+  if (fpEnd < tokenEnd + 4 || fpEnd + 4 > raw.length) return corrupt;
+  const resultEnd = fpEnd + 4 + raw.readInt32BE(fpEnd);
+  if (resultEnd < fpEnd + 4 || resultEnd !== raw.length) return corrupt;
+  const fingerprint = optional(raw, tokenEnd + 4, fpEnd);
+  const result = optional(raw, fpEnd + 4, resultEnd);
+  if (fingerprint === null || result === null) return corrupt;
+  const state = raw[1];
+  const completedAt = raw.readDoubleBE(34);
   return {
     key,
-    state: s === "c" ? "claimed" : s === "d" ? "done" : undefined,
-    fence: int(f),
-    token: raw.toString("utf8", pos, pos + tokenLength),
-    leaseUntil: int(l),
-    expiresAt: int(e),
-    claimedAt: int(c),
-    completedAt: d === "" ? undefined : int(d),
-    fingerprint:
-      fl === "" ? undefined : raw.toString("utf8", pos + tokenLength, pos + tokenLength + fpLength),
-    result,
+    state: state === 99 ? "claimed" : state === 100 ? "done" : undefined,
+    fence,
+    token: raw.toString("utf8", RECORD_HEADER_BYTES, tokenEnd),
+    leaseUntil: raw.readDoubleBE(10),
+    expiresAt: raw.readDoubleBE(18),
+    claimedAt: raw.readDoubleBE(26),
+    completedAt: completedAt === 0 ? undefined : completedAt,
+    fingerprint: fingerprint?.toString("utf8"),
+    result: result === undefined ? undefined : new Uint8Array(result),
   };
 }
