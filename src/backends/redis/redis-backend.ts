@@ -77,7 +77,7 @@ function bytes(value: unknown): Uint8Array | undefined {
 const PLUS = 43;
 const PLUS_BUFFER = Buffer.from("+");
 
-/** Ten years: far beyond any lease or ttl, and small enough that every time fits the record's digits. */
+/** Ten years: far beyond any lease or ttl, and small enough that every time stays an exact double. */
 const MAX_DURATION_MS = 10 * 365 * 24 * 3600_000;
 
 /** What a waiter compares to tell whether a record changed. */

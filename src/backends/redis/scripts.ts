@@ -3,7 +3,7 @@
  * record's key, reads the clock with `TIME` (never the client's), touches exactly one key (Cluster-safe)
  * and sets the key's physical expiry from the same clock.
  *
- * Record layout (version 2): one binary string per key, a fixed 54-byte header packed with Redis Lua's
+ * Record layout (version 2): one binary string per key, a fixed 42-byte header packed with Redis Lua's
  * built-in `struct` library (big-endian) followed by three length-prefixed byte strings —
  *
  *     B version (2) | B state ('c' claimed, 'd' done) | d fence | d leaseUntil | d expiresAt |
