@@ -1,31 +1,5 @@
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { afterAll } from "vitest";
-import { SqliteBackend } from "../../src/backends/sqlite/index.js";
+// The Pub/Sub end-to-end scenarios (real emulator, real functions-framework) on sqlite.
+import { sqliteSubject } from "../support/pubsub-backends.js";
 import { pubsubScenarios } from "./scenarios.js";
 
-const dir = mkdtempSync(join(tmpdir(), "oncely-pubsub-e2e-sqlite-"));
-const opened: SqliteBackend[] = [];
-
-afterAll(async () => {
-  for (const backend of opened) await backend.close();
-  rmSync(dir, { recursive: true, force: true });
-});
-
-const open = (label: string, namespace?: string) => {
-  // a real database file per scenario
-  const backend = new SqliteBackend({ database: join(dir, `${label}.sqlite`), namespace });
-  opened.push(backend);
-  return backend;
-};
-
-pubsubScenarios({
-  name: "sqlite",
-  create: (label) => open(label),
-  storm: (label) => ({
-    store: `sqlite:${join(dir, `${label}.sqlite`)}`,
-    namespace: label,
-    inspect: open(label, label),
-  }),
-});
+pubsubScenarios(sqliteSubject());
