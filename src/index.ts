@@ -5,6 +5,7 @@
  */
 export { MemoryBackend, type MemoryBackendOptions } from "./backends/memory/index.js";
 export { type Clock, ManualClock, systemClock, type TimerHandle } from "./core/clock.js";
+export { coalesceClaims } from "./core/coalesce.js";
 export {
   DEFAULT_MAX_RESULT_BYTES,
   jsonCodec,

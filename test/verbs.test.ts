@@ -3,8 +3,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { SqliteBackend } from "../src/backends/sqlite/index.js";
+import { coalesceClaims } from "../src/core/coalesce.js";
 import {
   type Backend,
+  type ClaimOptions,
   ConfigurationError,
   ConflictError,
   InProgressError,
@@ -512,6 +514,37 @@ describe("results, keys and errors", () => {
     });
     expect(outcome).toMatchObject({ kind: "ran", committed: true });
     expect(events).toEqual(["corrupt_record", "claimed", "completed"]);
+  });
+
+  it("coalesced claims: one claimMany per tick, and a failed batch is retried claim by claim", async () => {
+    const inner = new MemoryBackend();
+    const batches: number[] = [];
+    let failNext = true;
+    const batching: Backend = Object.assign(Object.create(inner) as Backend, {
+      name: inner.name,
+      capabilities: inner.capabilities,
+      claim: inner.claim.bind(inner),
+      complete: inner.complete.bind(inner),
+      release: inner.release.bind(inner),
+      renew: inner.renew.bind(inner),
+      get: inner.get.bind(inner),
+      claimMany: async (requests: { key: string; options: ClaimOptions }[]) => {
+        batches.push(requests.length);
+        if (failNext) {
+          failNext = false;
+          throw new Error("connection reset");
+        }
+        return Promise.all(requests.map((r) => inner.claim(r.key, r.options)));
+      },
+    });
+    const backend = coalesceClaims(batching);
+    const outcomes = await Promise.all(
+      Array.from({ length: 10 }, (_, i) => lock(`batch-${i}`, async () => i, { backend, logger: quiet })),
+    );
+    expect(outcomes.every((o) => o.kind === "ran" && o.committed)).toBe(true);
+    expect(batches[0]).toBe(10);
+    expect(batches.reduce((a, b) => a + b, 0)).toBe(20);
+    expect(coalesceClaims(inner)).toBe(inner);
   });
 
   it("the memory backend refuses new keys beyond maxSize instead of evicting", async () => {

@@ -4,6 +4,8 @@
  * only translate outcomes into HTTP statuses or ack/nack; the decisions live here, the transitions in
  * the core verbs.
  */
+
+import { coalesceClaims } from "../core/coalesce.js";
 import { ConfigurationError, InProgressError, InvalidKeyError, StorageError } from "../core/errors.js";
 import {
   callHook,
@@ -116,8 +118,13 @@ export class MessageGuard<T> {
   readonly #surface: string;
   #backend: Promise<Backend> | undefined;
   #warnedDisabled = false;
+  readonly #batchClaims: boolean;
 
-  constructor(options: PubSubGuardOptions<T>, surface: string) {
+  /**
+   * @param batchClaims send the claims of messages that arrive in one tick as one `claimMany` when the
+   * backend has it (pull subscribers receive messages in bursts).
+   */
+  constructor(options: PubSubGuardOptions<T>, surface: string, batchClaims = false) {
     if (options === undefined || options === null || typeof options !== "object") {
       throw new ConfigurationError(`${surface}: options with a backend are required`);
     }
@@ -136,7 +143,8 @@ export class MessageGuard<T> {
     if (wait !== undefined && mode !== "mutex") {
       throw new ConfigurationError(`${surface}: wait applies to mode "mutex" only`);
     }
-    if (isBackend(backend)) this.#backend = Promise.resolve(backend);
+    this.#batchClaims = batchClaims;
+    if (isBackend(backend)) this.#backend = Promise.resolve(this.#prepare(backend));
     this.#options = options;
     this.#logger = options.logger ?? consoleLogger;
     this.#surface = surface;
@@ -156,7 +164,7 @@ export class MessageGuard<T> {
           if (!isBackend(built)) {
             throw new ConfigurationError(`${this.#surface}: the backend factory did not return a Backend`);
           }
-          return built;
+          return this.#prepare(built);
         });
       this.#backend = building;
       building.catch(() => {
@@ -164,6 +172,10 @@ export class MessageGuard<T> {
       });
     }
     return this.#backend;
+  }
+
+  #prepare(backend: Backend): Backend {
+    return this.#batchClaims ? coalesceClaims(backend) : backend;
   }
 
   /**

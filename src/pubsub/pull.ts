@@ -91,12 +91,15 @@ export function fromPullMessage(pulled: PullMessageLike, subscription?: string):
  * The returned listener never rejects (an event emitter would turn that into an unhandled
  * rejection): it resolves with how the message was settled. Errors are logged; `ONCELY_DISABLED`
  * runs the handler unguarded and acks.
+ *
+ * When the backend has `claimMany` (Redis), the claims of messages that arrive in one tick — a
+ * streaming-pull response delivers many at once — go to the store as one batch (one round trip).
  */
 export function idempotentMessage<T = unknown>(
   handler: PullHandler<T>,
   options: IdempotentMessageOptions<T>,
 ): (pulled: PullMessageLike) => Promise<PullSettlement<T>> {
-  const guard = new MessageGuard<T>(options, "idempotentMessage");
+  const guard = new MessageGuard<T>(options, "idempotentMessage", true);
   const subscription =
     typeof options.subscription === "string" ? options.subscription : options.subscription?.name;
   return async function idempotentMessageListener(pulled: PullMessageLike): Promise<PullSettlement<T>> {
