@@ -315,7 +315,11 @@ export async function runCrashStorm(options: StormOptions): Promise<StormReport>
         progress(
           `kill ${kills.length}: worker ${victim.index} (pid ${pid}), ${sim?.summary().acked ?? 0}/${messages} acked`,
         );
-        void start(victim).catch((error: unknown) => unexpectedExits.push(String(error)));
+        // A restart still starting when the storm ends is stopped on purpose by the cleanup below
+        // (`killing`); any other death is already recorded by the exit handler or here.
+        void start(victim).catch((error: unknown) => {
+          if (!victim.killing) unexpectedExits.push(String(error));
+        });
       }
     })();
 
