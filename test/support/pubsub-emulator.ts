@@ -5,10 +5,11 @@
  *
  * A missing emulator is an error, never a skip: the suite must fail loudly on a machine without it.
  */
+
 import { type ChildProcess, spawn } from "node:child_process";
 import { accessSync, constants } from "node:fs";
-import { createServer } from "node:net";
 import { PubSub, type Topic } from "@google-cloud/pubsub";
+import { freePort } from "./ports.js";
 
 /** Where the Google Cloud SDK installs the emulator; `ONCELY_PUBSUB_EMULATOR` overrides it. */
 export const EMULATOR_BIN =
@@ -52,15 +53,6 @@ export function requireEmulator(): void {
         "or point ONCELY_PUBSUB_EMULATOR at it. This suite fails rather than skips without it.",
     );
   }
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const address = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  if (address === null || typeof address === "string") throw new Error("could not pick a free port");
-  return address.port;
 }
 
 const alive = (pid: number) => {

@@ -4,15 +4,16 @@
  * SIGKILLed at random while they hold messages, then restarted. Everything the test asserts on is
  * gathered here into a `StormReport`; the test decides what must hold.
  */
+
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
 import { Agent, createServer as createHttpServer, request } from "node:http";
-import { createServer as createNetServer } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import Database from "better-sqlite3";
 import type { Backend } from "../../src/core/types.js";
 import { PushSimulator } from "../../src/testing/index.js";
+import { freePort } from "./ports.js";
 
 const WORKER = fileURLToPath(new URL("../pubsub-e2e/fixtures/storm-worker.mjs", import.meta.url));
 
@@ -96,15 +97,6 @@ interface WorkerSlot {
   agent: Agent;
   stderr: string;
   killing: boolean;
-}
-
-async function freePort(): Promise<number> {
-  const server = createNetServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const address = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  if (address === null || typeof address === "string") throw new Error("could not pick a free port");
-  return address.port;
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
