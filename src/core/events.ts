@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import { safeJson } from "./log.js";
 
 /** One structured event per decision (SPEC §8). */
 export const EventType = {
@@ -46,17 +47,25 @@ export interface Logger {
 /** Logs nothing; pass it to silence oncely entirely. */
 export const silentLogger: Logger = { error: () => {}, warn: () => {} };
 
-/** The default: errors and warnings to the console, one line each. */
+/**
+ * The default: errors and warnings to the console, one line each (the message, then the fields as
+ * one line of JSON). Never throws, whatever the fields hold: BigInts, cycles, errors with circular
+ * causes, `null`, symbols, a `toJSON` or getter that throws (see `loggable`).
+ */
 export const consoleLogger: Logger = {
-  error: (obj, msg) => console.error(msg ?? "", JSON.stringify(obj, errorReplacer)),
-  warn: (obj, msg) => console.warn(msg ?? "", JSON.stringify(obj, errorReplacer)),
+  error: (obj, msg) => writeLine("error", obj, msg),
+  warn: (obj, msg) => writeLine("warn", obj, msg),
 };
 
-function errorReplacer(_key: string, value: unknown): unknown {
-  if (value instanceof Error) return { name: value.name, message: value.message };
-  return value;
+function writeLine(level: "error" | "warn", obj: unknown, msg: string | undefined): void {
+  try {
+    console[level](msg ?? "", safeJson(obj));
+  } catch {
+    // a console that cannot write (closed stream, patched method) must not break the caller
+  }
 }
 
+/** First 16 hex digits of the key's SHA-256: correlates log lines without logging the key. */
 export function hashKey(key: string): string {
   return createHash("sha256").update(key).digest("hex").slice(0, 16);
 }
@@ -78,8 +87,20 @@ export function callHook<A extends unknown[]>(
   };
   try {
     const returned = hook(...args);
-    if (returned instanceof Promise) returned.catch(report);
+    if (isThenable(returned)) Promise.resolve(returned).catch(report);
   } catch (error) {
     report(error);
+  }
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  try {
+    return (
+      value !== null &&
+      (typeof value === "object" || typeof value === "function") &&
+      typeof (value as { then?: unknown }).then === "function"
+    );
+  } catch {
+    return false;
   }
 }
