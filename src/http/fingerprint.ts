@@ -1,0 +1,191 @@
+/**
+ * The request fingerprint (SPEC §6.4): a hash of the method, the canonical path, the sorted query and
+ * the body canonicalised by its content type, so that a client reusing a key for another payload is
+ * told so (422) instead of being served the first payload's response.
+ *
+ * Canonical forms, chosen so that equal requests hash equal however they were serialised or parsed:
+ * - JSON (`application/json`, `*+json`): keys sorted at every depth, no insignificant whitespace;
+ * - forms (`application/x-www-form-urlencoded`): pairs sorted by name (values of one name keep their
+ *   order), re-encoded;
+ * - anything else, and any body that fails to parse: its raw bytes.
+ * The body may come as raw bytes or as a value a framework already parsed (Express after
+ * `express.json()`); both give the same fingerprint. Nothing here throws.
+ */
+import { lengthPrefixedHash } from "./hash.js";
+
+/** Bumped whenever a canonical form changes, so old records are never compared with new hashes. */
+export const FINGERPRINT_VERSION = "v1";
+
+/** A request body as an adapter holds it. */
+export type RequestBody =
+  | { readonly kind: "none" }
+  | { readonly kind: "bytes"; readonly bytes: Uint8Array }
+  /** What a framework's body parser produced (an object, a string or a Buffer). */
+  | { readonly kind: "parsed"; readonly value: unknown };
+
+export interface FingerprintInput {
+  readonly method: string;
+  /** The path without the query, as received. */
+  readonly path: string;
+  /** The query without the `?`, as received (`""` when none). */
+  readonly query: string;
+  readonly contentType: string | undefined;
+  readonly body: RequestBody;
+}
+
+const encoder = new TextEncoder();
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
+const UNRESERVED = /^[A-Za-z0-9\-._~]$/;
+const MAX_DEPTH = 256;
+
+/** `v1:` and the base64url SHA-256 of the canonical request. */
+export function fingerprint(input: FingerprintInput): string {
+  const body = canonicalBody(input.contentType, input.body);
+  return `${FINGERPRINT_VERSION}:${lengthPrefixedHash([
+    FINGERPRINT_VERSION,
+    input.method.toUpperCase(),
+    canonicalPath(input.path),
+    sortedQuery(input.query),
+    body.kind,
+    body.bytes,
+  ])}`;
+}
+
+/**
+ * The path with percent-escapes of unreserved characters decoded and every other escape in upper
+ * case (RFC 3986 §6.2.2): `/a%7eb%2f` → `/a~b%2F`. An empty path is `/`.
+ */
+export function canonicalPath(path: string): string {
+  if (path.length === 0) return "/";
+  if (!path.includes("%")) return path;
+  return path.replace(/%([0-9A-Fa-f]{2})/g, (_match, hex: string) => {
+    const char = String.fromCharCode(Number.parseInt(hex, 16));
+    return UNRESERVED.test(char) ? char : `%${hex.toUpperCase()}`;
+  });
+}
+
+/** The query's pairs sorted by name (stable: values of one name keep their order), re-encoded. */
+export function sortedQuery(query: string): string {
+  if (query.length === 0) return "";
+  const params = new URLSearchParams(query);
+  params.sort();
+  return params.toString();
+}
+
+/** The body's canonical form and which rule produced it. Never throws. */
+export function canonicalBody(
+  contentType: string | undefined,
+  body: RequestBody,
+): { readonly kind: "none" | "json" | "form" | "raw"; readonly bytes: Uint8Array } {
+  const type = mediaType(contentType);
+  if (body.kind === "none") return { kind: "none", bytes: new Uint8Array(0) };
+  if (body.kind === "parsed" && !isBytesLike(body.value)) return canonicalParsed(type, body.value);
+  const bytes = body.kind === "bytes" ? body.bytes : toBytes(body.value as string | Uint8Array);
+  if (bytes.length === 0) return { kind: "none", bytes };
+  try {
+    if (type === "json")
+      return { kind: "json", bytes: encoder.encode(canonicalJson(JSON.parse(text(bytes)))) };
+    if (type === "form")
+      return { kind: "form", bytes: encoder.encode(canonicalForm(formPairs(text(bytes)))) };
+  } catch {
+    // not what the content type claims: fall through to the raw bytes
+  }
+  return { kind: "raw", bytes };
+}
+
+function canonicalParsed(
+  type: "json" | "form" | "other",
+  value: unknown,
+): { readonly kind: "none" | "json" | "form" | "raw"; readonly bytes: Uint8Array } {
+  try {
+    if (type === "form" && typeof value === "object" && value !== null) {
+      return { kind: "form", bytes: encoder.encode(canonicalForm(objectPairs(value))) };
+    }
+    return { kind: "json", bytes: encoder.encode(canonicalJson(value)) };
+  } catch {
+    return { kind: "raw", bytes: encoder.encode(String(value)) };
+  }
+}
+
+function mediaType(contentType: string | undefined): "json" | "form" | "other" {
+  if (contentType === undefined) return "other";
+  const semicolon = contentType.indexOf(";");
+  const type = (semicolon === -1 ? contentType : contentType.slice(0, semicolon)).trim().toLowerCase();
+  if (type === "application/json" || type.endsWith("+json")) return "json";
+  if (type === "application/x-www-form-urlencoded") return "form";
+  return "other";
+}
+
+function isBytesLike(value: unknown): value is string | Uint8Array {
+  return typeof value === "string" || value instanceof Uint8Array;
+}
+
+function toBytes(value: string | Uint8Array): Uint8Array {
+  return typeof value === "string" ? encoder.encode(value) : value;
+}
+
+function text(bytes: Uint8Array): string {
+  return utf8.decode(bytes);
+}
+
+/**
+ * JSON with object keys sorted (by UTF-16 code units) at every depth. Values JSON cannot hold are
+ * dropped or nulled exactly as `JSON.stringify` would; `toJSON` is honoured.
+ */
+export function canonicalJson(value: unknown, depth = 0): string {
+  if (depth > MAX_DEPTH) throw new RangeError("nested too deeply to canonicalise");
+  if (
+    value !== null &&
+    typeof value === "object" &&
+    typeof (value as { toJSON?: unknown }).toJSON === "function"
+  ) {
+    return canonicalJson((value as { toJSON: () => unknown }).toJSON(), depth + 1);
+  }
+  if (Array.isArray(value)) {
+    const items = value.map((item) => {
+      const encoded = canonicalJson(item, depth + 1);
+      return encoded === undefined ? "null" : encoded;
+    });
+    return `[${items.join(",")}]`;
+  }
+  if (value !== null && typeof value === "object") {
+    const members: string[] = [];
+    for (const key of Object.keys(value).sort()) {
+      const member = (value as Record<string, unknown>)[key];
+      if (member === undefined || typeof member === "function" || typeof member === "symbol") continue;
+      members.push(`${JSON.stringify(key)}:${canonicalJson(member, depth + 1)}`);
+    }
+    return `{${members.join(",")}}`;
+  }
+  const encoded = JSON.stringify(value);
+  return encoded === undefined ? "null" : encoded;
+}
+
+function formPairs(body: string): Array<[string, string]> {
+  return [...new URLSearchParams(body)];
+}
+
+/**
+ * The pairs of a form a parser already turned into an object: repeated names are arrays (Node's
+ * `querystring`, `express.urlencoded()`), nested objects spell bracketed names (`a[b]`).
+ */
+function objectPairs(value: object, prefix?: string): Array<[string, string]> {
+  const pairs: Array<[string, string]> = [];
+  for (const [name, member] of Object.entries(value)) {
+    const full = prefix === undefined ? name : `${prefix}[${name}]`;
+    if (Array.isArray(member)) {
+      for (const item of member) pairs.push([full, String(item)]);
+    } else if (member !== null && typeof member === "object") {
+      pairs.push(...objectPairs(member, full));
+    } else if (member !== undefined) {
+      pairs.push([full, String(member)]);
+    }
+  }
+  return pairs;
+}
+
+function canonicalForm(pairs: Array<[string, string]>): string {
+  const params = new URLSearchParams(pairs);
+  params.sort();
+  return params.toString();
+}

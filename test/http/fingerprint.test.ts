@@ -1,0 +1,170 @@
+import { describe, expect, it } from "vitest";
+import {
+  canonicalBody,
+  canonicalJson,
+  canonicalPath,
+  type FingerprintInput,
+  fingerprint,
+  sortedQuery,
+} from "../../src/http/fingerprint.js";
+import { scopedKey } from "../../src/http/scope.js";
+
+const bytes = (text: string) => new TextEncoder().encode(text);
+const json = "application/json";
+const form = "application/x-www-form-urlencoded";
+
+function request(overrides: Partial<FingerprintInput> = {}): FingerprintInput {
+  return {
+    method: "POST",
+    path: "/orders",
+    query: "",
+    contentType: json,
+    body: { kind: "none" },
+    ...overrides,
+  };
+}
+
+describe("request fingerprint (§6.4)", () => {
+  it("is versioned", () => {
+    expect(fingerprint(request())).toMatch(/^v1:[A-Za-z0-9_-]{43}$/);
+  });
+
+  it("differs by method, path, query and body", () => {
+    const base = fingerprint(request({ body: { kind: "bytes", bytes: bytes('{"a":1}') } }));
+    expect(
+      fingerprint(request({ method: "PATCH", body: { kind: "bytes", bytes: bytes('{"a":1}') } })),
+    ).not.toBe(base);
+    expect(
+      fingerprint(request({ path: "/other", body: { kind: "bytes", bytes: bytes('{"a":1}') } })),
+    ).not.toBe(base);
+    expect(fingerprint(request({ query: "x=1", body: { kind: "bytes", bytes: bytes('{"a":1}') } }))).not.toBe(
+      base,
+    );
+    expect(fingerprint(request({ body: { kind: "bytes", bytes: bytes('{"a":2}') } }))).not.toBe(base);
+  });
+
+  it("does not depend on the method's case", () => {
+    expect(fingerprint(request({ method: "post" }))).toBe(fingerprint(request()));
+  });
+
+  it("sorts JSON keys at every depth and ignores whitespace", () => {
+    const a = bytes('{"b": {"y": 1, "x": [ {"q":1,"p":2} ]}, "a": "1"}');
+    const b = bytes('{"a":"1","b":{"x":[{"p":2,"q":1}],"y":1}}');
+    expect(fingerprint(request({ body: { kind: "bytes", bytes: a } }))).toBe(
+      fingerprint(request({ body: { kind: "bytes", bytes: b } })),
+    );
+    expect(canonicalJson(JSON.parse(new TextDecoder().decode(a)))).toBe(
+      '{"a":"1","b":{"x":[{"p":2,"q":1}],"y":1}}',
+    );
+  });
+
+  it("keeps JSON array order", () => {
+    expect(fingerprint(request({ body: { kind: "bytes", bytes: bytes("[1,2]") } }))).not.toBe(
+      fingerprint(request({ body: { kind: "bytes", bytes: bytes("[2,1]") } })),
+    );
+  });
+
+  it("treats +json media types and charset parameters as JSON", () => {
+    const a = fingerprint(
+      request({
+        contentType: "application/merge-patch+json; charset=utf-8",
+        body: { kind: "bytes", bytes: bytes('{"b":1,"a":2}') },
+      }),
+    );
+    const b = fingerprint(
+      request({
+        contentType: "application/merge-patch+json",
+        body: { kind: "bytes", bytes: bytes('{"a":2,"b":1}') },
+      }),
+    );
+    expect(a).toBe(b);
+  });
+
+  it("sorts url-encoded forms by name, keeping the order of one name's values", () => {
+    const a = fingerprint(
+      request({ contentType: form, body: { kind: "bytes", bytes: bytes("b=2&a=1&a=0") } }),
+    );
+    const b = fingerprint(
+      request({ contentType: form, body: { kind: "bytes", bytes: bytes("a=1&b=2&a=0") } }),
+    );
+    const c = fingerprint(
+      request({ contentType: form, body: { kind: "bytes", bytes: bytes("a=0&b=2&a=1") } }),
+    );
+    expect(a).toBe(b);
+    expect(a).not.toBe(c);
+    expect(canonicalBody(form, { kind: "bytes", bytes: bytes("x=a+b&w=%41") }).kind).toBe("form");
+  });
+
+  it("hashes other content types as raw bytes", () => {
+    const a = canonicalBody("text/plain", { kind: "bytes", bytes: bytes('{"b":1,"a":2}') });
+    expect(a.kind).toBe("raw");
+    expect(new TextDecoder().decode(a.bytes)).toBe('{"b":1,"a":2}');
+  });
+
+  it("falls back to raw bytes when the body does not parse, and never throws", () => {
+    for (const body of ["{not json", "\uFEFF", '{"a":'.repeat(5000)]) {
+      expect(canonicalBody(json, { kind: "bytes", bytes: bytes(body) }).kind).toBe("raw");
+    }
+    const invalidUtf8 = Uint8Array.of(0xff, 0xfe, 0x7b);
+    expect(canonicalBody(json, { kind: "bytes", bytes: invalidUtf8 })).toEqual({
+      kind: "raw",
+      bytes: invalidUtf8,
+    });
+    const deep = JSON.parse(`${"[".repeat(1000)}${"]".repeat(1000)}`);
+    expect(() => fingerprint(request({ body: { kind: "parsed", value: deep } }))).not.toThrow();
+  });
+
+  it("gives a parsed body the fingerprint of its raw bytes (Express after a body parser)", () => {
+    const raw = '{"z":[1,{"b":true,"a":null}],"a":"x"}';
+    expect(fingerprint(request({ body: { kind: "parsed", value: JSON.parse(raw) } }))).toBe(
+      fingerprint(request({ body: { kind: "bytes", bytes: bytes(raw) } })),
+    );
+    // express.urlencoded() (querystring): repeated names become arrays
+    const parsedForm = Object.assign(Object.create(null), { b: "2", a: ["1", "0"] });
+    expect(fingerprint(request({ contentType: form, body: { kind: "parsed", value: parsedForm } }))).toBe(
+      fingerprint(request({ contentType: form, body: { kind: "bytes", bytes: bytes("a=1&b=2&a=0") } })),
+    );
+    // express.raw() / express.text(): a Buffer or a string is the raw body
+    expect(fingerprint(request({ body: { kind: "parsed", value: Buffer.from(raw) } }))).toBe(
+      fingerprint(request({ body: { kind: "bytes", bytes: bytes(raw) } })),
+    );
+    expect(fingerprint(request({ contentType: "text/plain", body: { kind: "parsed", value: "hi" } }))).toBe(
+      fingerprint(request({ contentType: "text/plain", body: { kind: "bytes", bytes: bytes("hi") } })),
+    );
+  });
+
+  it("treats an empty body as no body", () => {
+    expect(fingerprint(request({ body: { kind: "bytes", bytes: new Uint8Array(0) } }))).toBe(
+      fingerprint(request()),
+    );
+  });
+});
+
+describe("canonical path and sorted query", () => {
+  it("decodes escaped unreserved characters and upper-cases other escapes", () => {
+    expect(canonicalPath("/a%7eb%2fc%41")).toBe("/a~b%2FcA");
+    expect(canonicalPath("")).toBe("/");
+    expect(canonicalPath("/plain")).toBe("/plain");
+    expect(canonicalPath("/bad%zz")).toBe("/bad%zz");
+  });
+
+  it("sorts the query by name and normalises its encoding", () => {
+    expect(sortedQuery("b=2&a=1&a=0")).toBe("a=1&a=0&b=2");
+    expect(sortedQuery("q=a%20b")).toBe(sortedQuery("q=a+b"));
+    expect(sortedQuery("")).toBe("");
+  });
+});
+
+describe("scoped key (§6.2)", () => {
+  it("is a hash of key, scope, method and path, framed by lengths", () => {
+    const key = scopedKey("k", "tenant-a", "POST", "/orders");
+    expect(key).toMatch(/^http:[A-Za-z0-9_-]{43}$/);
+    expect(scopedKey("k", "tenant-b", "POST", "/orders")).not.toBe(key);
+    expect(scopedKey("k", "tenant-a", "PATCH", "/orders")).not.toBe(key);
+    expect(scopedKey("k", "tenant-a", "POST", "/orders/1")).not.toBe(key);
+    expect(scopedKey("k2", "tenant-a", "POST", "/orders")).not.toBe(key);
+    expect(scopedKey("ab", "c", "POST", "/")).not.toBe(scopedKey("a", "bc", "POST", "/"));
+    expect(scopedKey("k", undefined, "POST", "/orders")).not.toBe(scopedKey("k", "-", "POST", "/orders"));
+    expect(scopedKey("k", "tenant-a", "POST", "/orders")).toBe(key);
+  });
+});
