@@ -16,9 +16,19 @@ export function validateNamespace(backend: string, namespace: string | undefined
   return namespace;
 }
 
-/** The key as stored: `namespace:key`, or the key itself without a namespace. */
+/**
+ * The key as stored in a flat key space shared by namespaced and un-namespaced backends:
+ * `namespace:key`, or `:key` without a namespace. A namespace is never empty and never holds `:`, so
+ * the first `:` always ends the namespace and no two (namespace, key) pairs map to one stored key:
+ * namespace `a` with key `x` is `a:x`, while the un-namespaced key `a:x` is `:a:x`.
+ */
 export function storedKey(namespace: string | undefined, key: string): string {
-  return namespace === undefined ? key : `${namespace}:${key}`;
+  return keyPrefix(namespace) + key;
+}
+
+/** What `storedKey` puts before every key of `namespace`: compute it once, prepend it per call. */
+export function keyPrefix(namespace: string | undefined): string {
+  return namespace === undefined ? ":" : `${namespace}:`;
 }
 
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;

@@ -9,22 +9,76 @@
  * ```
  *
  * It needs only `describe` and `it` from the runner (vitest, jest, mocha and node:test all fit) and
- * asserts with `node:assert`.
+ * asserts with `node:assert`. A case that does not apply to the backend (a capability it lacks, a
+ * factory the options leave out) is reported as skipped, never as passed: see `TestRunner.skip` and
+ * `BackendContractOptions.supports`.
  */
 import { strict as assert } from "node:assert";
 import { randomUUID } from "node:crypto";
 import { ManualClock } from "../core/clock.js";
+import { InvalidKeyError } from "../core/errors.js";
 import type { Backend, Claim, ClaimOutcome } from "../core/types.js";
-import { mutex, newToken } from "../core/verbs.js";
+import { lock, mutex, newToken } from "../core/verbs.js";
 
-/** The two functions the suite needs from a test runner. */
+/**
+ * What the suite needs from a test runner: `describe` and `it`, and optionally `skip`.
+ *
+ * Cases that do not apply are skipped visibly. One the suite can rule out when it registers (a
+ * server-clock case on a `time: "manual"` backend, a feature `supports` declares absent) goes to
+ * `skip`, else to `it.skip` when the runner's `it` has one (vitest, jest, mocha and node:test all
+ * do), else to `it` under a name that starts with `[skipped: …]`. One that depends on the backend a
+ * test built is skipped from inside the test through the runner's test context (vitest's and
+ * node:test's `skip(note)`, mocha's `this.skip()`); a runner without one (jest) must declare
+ * `supports` instead, or the case fails and says so.
+ */
 export interface TestRunner {
   describe(name: string, body: () => void): void;
   it(name: string, body: () => Promise<void>, timeout?: number): void;
+  /** Registers a test the runner reports as skipped. @default `it.skip` when the runner has it */
+  skip?(name: string, body: () => Promise<void>): void;
+}
+
+/** Optional features of a backend that some cases need. */
+export interface BackendContractSupports {
+  /** The backend has `purgeExpired()`. */
+  readonly purgeExpired?: boolean;
+  /** The backend has `waitForChange()` and declares `capabilities.notifications`. */
+  readonly notifications?: boolean;
+}
+
+type Feature = keyof BackendContractSupports;
+
+const FEATURE_TEXT: Record<Feature, string> = {
+  purgeExpired: "no purgeExpired()",
+  notifications: "no change notifications (capabilities.notifications or waitForChange missing)",
+};
+
+function hasFeature(backend: Backend, feature: Feature): boolean {
+  switch (feature) {
+    case "purgeExpired":
+      return typeof backend.purgeExpired === "function";
+    case "notifications":
+      return typeof backend.waitForChange === "function" && backend.capabilities.notifications;
+  }
+}
+
+/** Skips the running test through the runner's own test context (vitest, node:test, mocha). */
+function skipAtRunTime(self: unknown, args: unknown[], reason: string): void {
+  for (const context of [args[0], self]) {
+    const skip = (context as { skip?: unknown } | null | undefined)?.skip;
+    if (typeof skip === "function") {
+      skip.call(context, reason);
+      return;
+    }
+  }
+  throw new Error(
+    `[oncely] [contract] this case does not apply (${reason}) and the runner cannot skip a test ` +
+      "that is already running: declare it in the options' `supports` so the case is registered as skipped",
+  );
 }
 
 export interface BackendContractContext {
-  /** A namespace unique to the test (two per test for the isolation case). */
+  /** A namespace unique to the test (two per test for the isolation cases). */
   readonly namespace: string;
   /** The clock a `time: "manual"` backend must judge leases by. */
   readonly clock: ManualClock;
@@ -38,6 +92,19 @@ export interface BackendContractOptions<B extends Backend = Backend> {
    * that namespace isolation is really tested.
    */
   create(context: BackendContractContext): B | Promise<B>;
+  /**
+   * Builds a backend with no `namespace` option at all, on the same store as `create`'s backends.
+   * With it the suite checks that a namespaced key never shares a record with an un-namespaced one
+   * (namespace `a` + key `x` against key `a:x`); without it that case is reported as skipped.
+   */
+  createWithoutNamespace?(context: Omit<BackendContractContext, "namespace">): B | Promise<B>;
+  /**
+   * Declares up front which optional features the backend has. A feature declared `false` has its
+   * cases registered as skipped; one declared `true` must be there (the case fails otherwise). Left
+   * out, each case checks the backend it built and skips itself when the feature is missing.
+   * @default {} (checked per test)
+   */
+  readonly supports?: BackendContractSupports;
   /**
    * `manual`: the backend judges time by `context.clock`, and the suite moves it. `server`: the backend
    * judges time by its store's clock, and the suite sleeps (with short leases).
@@ -67,6 +134,10 @@ interface Fixture<B extends Backend> {
   ): Promise<ClaimOutcome>;
   won(key: string, token?: string): Promise<Claim>;
   make(namespace?: string): Promise<B>;
+  /** Builds a backend through `createWithoutNamespace` (closed after the test like the others). */
+  makeWithoutNamespace(): Promise<B>;
+  /** Skips the running test visibly, with the reason; the caller returns right after. */
+  skip(reason: string): void;
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -90,6 +161,13 @@ export function backendContract<B extends Backend>(
   options: BackendContractOptions<B>,
 ): void {
   const { describe, it } = runner;
+  const itSkip = (it as { skip?: unknown }).skip;
+  const skip = (name: string, reason: string) => {
+    const body = async () => {};
+    if (runner.skip) runner.skip(`${name} (${reason})`, body);
+    else if (typeof itSkip === "function") itSkip.call(it, `${name} (${reason})`, body);
+    else it(`[skipped: ${reason}] ${name}`, body);
+  };
   const manual = options.time === "manual";
   const lease = manual ? 10_000 : (options.serverLeaseMs ?? 300);
   const ttl = manual ? 60_000 : lease * 2;
@@ -99,12 +177,20 @@ export function backendContract<B extends Backend>(
   const test = (name: string, body: (f: Fixture<B>) => Promise<void>) =>
     it(
       name,
-      async () => {
+      // `function` with rest parameters: `this` and the runner's test context reach `skip`, and the
+      // declared arity stays 0 so that mocha does not wait for a `done` callback.
+      async function (this: unknown, ...args: unknown[]) {
         const clock = new ManualClock(Date.now());
         const made: B[] = [];
         const base = `c${randomUUID().slice(0, 8)}`;
         const make = async (namespace = base) => {
           const backend = await options.create({ namespace, clock });
+          made.push(backend);
+          return backend;
+        };
+        const makeWithoutNamespace = async () => {
+          if (options.createWithoutNamespace === undefined) throw new Error("no createWithoutNamespace");
+          const backend = await options.createWithoutNamespace({ clock });
           made.push(backend);
           return backend;
         };
@@ -124,6 +210,8 @@ export function backendContract<B extends Backend>(
             }),
           won: async (key, token) => expectWon(await f.claim(key, token)),
           make,
+          makeWithoutNamespace,
+          skip: (reason) => skipAtRunTime(this, args, reason),
         };
         try {
           await body(f);
@@ -133,6 +221,21 @@ export function backendContract<B extends Backend>(
       },
       timeout,
     );
+
+  /** A case that needs an optional feature: skipped visibly when the backend lacks it. */
+  const testNeeding = (feature: Feature, name: string, body: (f: Fixture<B>) => Promise<void>) => {
+    const declared = options.supports?.[feature];
+    if (declared === false) return skip(name, `the backend has ${FEATURE_TEXT[feature]}`);
+    test(name, async (f) => {
+      if (hasFeature(f.backend, feature)) return body(f);
+      assert.notEqual(
+        declared,
+        true,
+        `supports.${feature} is declared, but the backend has ${FEATURE_TEXT[feature]}`,
+      );
+      f.skip(`the backend has ${FEATURE_TEXT[feature]}`);
+    });
+  };
 
   const key = () => `k-${randomUUID()}`;
 
@@ -379,6 +482,61 @@ export function backendContract<B extends Backend>(
       assert.equal((await f.backend.get(k))?.state, "done");
     });
 
+    const unnamespacedCase =
+      "namespace `a` + key `x` never shares a record with key `a:x` on a backend without a namespace";
+    if (options.createWithoutNamespace === undefined) {
+      skip(unnamespacedCase, "the options have no createWithoutNamespace");
+    } else {
+      test(unnamespacedCase, async (f) => {
+        const bare = await f.makeWithoutNamespace();
+        const namespace = `a${randomUUID().slice(0, 8)}`;
+        const scoped = await f.make(namespace);
+        const x = key();
+        const claimOptions = () => ({
+          leaseMs: f.lease,
+          ttlMs: f.ttl,
+          token: newToken(),
+          fingerprint: undefined,
+        });
+        // both directions: whichever of the two is written first, the other is still a new key
+        const first = expectWon(await scoped.claim(x, claimOptions()));
+        assert.equal(first.fence, 1);
+        assert.equal(await bare.get(`${namespace}:${x}`), undefined, "the un-namespaced key a:x is absent");
+        const second = expectWon(await bare.claim(`${namespace}:${x}`, claimOptions()));
+        assert.equal(second.fence, 1, "a:x is a new key, not namespace a's x");
+        assert.equal(await scoped.complete(first, { ttlMs: f.ttl, result: Uint8Array.of(1) }), true);
+        assert.equal((await bare.get(`${namespace}:${x}`))?.state, "claimed");
+        assert.equal(await bare.release(second), true);
+        assert.equal((await scoped.get(x))?.state, "done");
+        const y = key();
+        const bareFirst = expectWon(await bare.claim(`${namespace}:${y}`, claimOptions()));
+        assert.equal(await bare.complete(bareFirst, { ttlMs: f.ttl }), true);
+        assert.equal(await scoped.get(y), undefined, "namespace a's y is absent");
+        expectWon(await scoped.claim(y, claimOptions()));
+        assert.equal(await bare.get(y), undefined, "the un-namespaced y is absent too");
+      });
+    }
+
+    test("keys with lone surrogates are refused with InvalidKeyError before the store sees them", async (f) => {
+      const base = `order-${randomUUID()}-`;
+      let ran = 0;
+      const work = async () => {
+        ran++;
+        return "charged";
+      };
+      const lockOptions = { backend: f.backend, leaseMs: f.lease, ttlMs: f.ttl, clock: f.clock };
+      for (const k of [`${base}\uD800`, `${base}\uDC00`]) {
+        await assert.rejects(lock(k, work, lockOptions), (error: unknown) => {
+          assert.ok(error instanceof InvalidKeyError, `expected InvalidKeyError, got ${String(error)}`);
+          assert.match(error.message, /well-formed/);
+          return true;
+        });
+      }
+      assert.equal(ran, 0, "the work never ran");
+      assert.equal(await f.backend.get(`${base}\uFFFD`), undefined, "nothing was stored under U+FFFD");
+      assert.equal((await lock(`${base}\uD83C\uDF89`, work, lockOptions)).kind, "ran", "a pair is fine");
+    });
+
     test("a fingerprint is stored with the claim and reported to held and done callers", async (f) => {
       const k = key();
       const claim = expectWon(await f.claim(k, newToken(), { fingerprint: "sha256:abc" }));
@@ -392,8 +550,8 @@ export function backendContract<B extends Backend>(
       assert.equal(await f.backend.get(key()), undefined);
     });
 
-    test("purgeExpired removes expired records and keeps live ones", async (f) => {
-      if (f.backend.purgeExpired === undefined) return;
+    testNeeding("purgeExpired", "purgeExpired removes expired records and keeps live ones", async (f) => {
+      assert.ok(f.backend.purgeExpired);
       const old = key();
       const live = key();
       const claim = await f.won(old);
@@ -405,8 +563,8 @@ export function backendContract<B extends Backend>(
       assert.equal((await f.backend.get(live))?.state, "claimed");
     });
 
-    test("waitForChange wakes a waiter when the record changes", async (f) => {
-      if (f.backend.waitForChange === undefined || !f.backend.capabilities.notifications) return;
+    testNeeding("notifications", "waitForChange wakes a waiter when the record changes", async (f) => {
+      assert.ok(f.backend.waitForChange);
       const k = key();
       const claim = await f.won(k);
       let woke = false;
@@ -420,8 +578,9 @@ export function backendContract<B extends Backend>(
       assert.equal(woke, true, "the waiter woke well before its timeout");
     });
 
+    const serverClockCase = "server clock: a client clock hours off changes nothing";
     if (options.time === "server") {
-      test("server clock: a client clock hours off changes nothing", async (f) => {
+      test(serverClockCase, async (f) => {
         f.clock.set(Date.now() + 5 * 3600_000);
         const skewed = await f.make(`s${randomUUID().slice(0, 8)}`);
         const k = key();
@@ -431,6 +590,8 @@ export function backendContract<B extends Backend>(
         await sleep(f.lease + 50);
         expectWon(await skewed.claim(k, { ...claimOptions, token: newToken() }));
       });
+    } else {
+      skip(serverClockCase, 'time: "manual": the backend judges time by the injected clock');
     }
   });
 }

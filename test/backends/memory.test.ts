@@ -10,6 +10,8 @@ backendContract(
     name: "memory",
     time: "manual",
     create: ({ namespace, clock }) => new MemoryBackend({ namespace, clock, map: shared }),
+    createWithoutNamespace: ({ clock }) => new MemoryBackend({ clock, map: shared }),
+    supports: { purgeExpired: true, notifications: true },
     corrupt: async (_backend, key) => {
       for (const id of shared.keys())
         if (id.endsWith(`:${key}`)) shared.set(id, { state: "garbage", fence: "x" });

@@ -1,6 +1,6 @@
 import { type Clock, systemClock } from "../../core/clock.js";
 import { StorageError } from "../../core/errors.js";
-import { storedKey, validateNamespace } from "../../core/namespace.js";
+import { keyPrefix, validateNamespace } from "../../core/namespace.js";
 import {
   decodeRecord,
   type Observed,
@@ -59,7 +59,10 @@ export interface MemoryBackendOptions {
   readonly maxSize?: number | undefined;
   /** Clock that leases and ttl are judged by. @default the system clock */
   readonly clock?: Clock | undefined;
-  /** Prefix that isolates this backend's keys from others sharing `map`. */
+  /**
+   * Isolates this backend's keys from others sharing `map` (1–64 of `[A-Za-z0-9_.-]`). Keys with and
+   * without a namespace never share a record: namespace `a` with key `x` is not the key `a:x`.
+   */
   readonly namespace?: string | undefined;
   /** The map records live in; pass one map to several backends to share it. @default a new Map */
   readonly map?: Map<string, unknown> | undefined;
@@ -82,14 +85,15 @@ export class MemoryBackend implements Backend {
   readonly #map: Map<string, unknown>;
   readonly #clock: Clock;
   readonly #maxSize: number;
-  readonly #namespace: string | undefined;
+  /** `storedKey`'s prefix for this backend's namespace (see `core/namespace.ts`). */
+  readonly #prefix: string;
   readonly #waiters = new Map<string, Set<() => void>>();
 
   constructor(options: MemoryBackendOptions = {}) {
     this.#map = options.map ?? new Map();
     this.#clock = options.clock ?? systemClock;
     this.#maxSize = options.maxSize ?? 10_000;
-    this.#namespace = validateNamespace(this.name, options.namespace);
+    this.#prefix = keyPrefix(validateNamespace(this.name, options.namespace));
   }
 
   /** Number of records held, expired ones included until they are dropped. */
@@ -112,7 +116,7 @@ export class MemoryBackend implements Backend {
 
   /** claim: the §2 table, decided and written in one synchronous step. */
   async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
-    const id = storedKey(this.#namespace, key);
+    const id = this.#prefix + key;
     const now = this.#clock.now();
     if (!this.#map.has(id) && this.#map.size >= this.#maxSize) {
       this.#dropExpired(now);
@@ -133,33 +137,33 @@ export class MemoryBackend implements Backend {
   }
 
   async complete(claim: Claim, options: CompleteOptions): Promise<boolean> {
-    const id = storedKey(this.#namespace, claim.key);
+    const id = this.#prefix + claim.key;
     const plan = planComplete(this.#read(id), claim, this.#clock.now(), options);
     this.#write(id, plan.write);
     return plan.outcome;
   }
 
   async release(claim: Claim): Promise<boolean> {
-    const id = storedKey(this.#namespace, claim.key);
+    const id = this.#prefix + claim.key;
     const plan = planRelease(this.#read(id), claim, this.#clock.now());
     this.#write(id, plan.write);
     return plan.outcome;
   }
 
   async renew(claim: Claim, leaseMs: number): Promise<boolean> {
-    const id = storedKey(this.#namespace, claim.key);
+    const id = this.#prefix + claim.key;
     const plan = planRenew(this.#read(id), claim, this.#clock.now(), leaseMs);
     this.#write(id, plan.write);
     return plan.outcome;
   }
 
   async get(key: string): Promise<StoredRecord | undefined> {
-    const record = visible(this.#read(storedKey(this.#namespace, key)), this.#clock.now());
+    const record = visible(this.#read(this.#prefix + key), this.#clock.now());
     return record === undefined ? undefined : { ...record, result: record.result?.slice() };
   }
 
   async delete(key: string): Promise<boolean> {
-    const id = storedKey(this.#namespace, key);
+    const id = this.#prefix + key;
     const existed = this.#map.delete(id);
     this.#notify(id);
     return existed;
@@ -171,7 +175,7 @@ export class MemoryBackend implements Backend {
 
   /** Resolves on the next write to `key`, or after `timeoutMs`. */
   waitForChange(key: string, timeoutMs: number, signal?: AbortSignal): Promise<void> {
-    const id = storedKey(this.#namespace, key);
+    const id = this.#prefix + key;
     return new Promise<void>((resolve) => {
       let waiters = this.#waiters.get(id);
       if (waiters === undefined) {
