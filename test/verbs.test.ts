@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { SqliteBackend } from "../src/backends/sqlite/index.js";
 import { coalesceClaims } from "../src/core/coalesce.js";
+import { storedKey } from "../src/core/namespace.js";
 import {
   type Backend,
   type ClaimOptions,
@@ -470,7 +471,7 @@ describe("results, keys and errors", () => {
     expect(events).toEqual(["storage_error"]);
   });
 
-  it("renewals failing for longer than the lease abort the signal", async () => {
+  it("renewals failing abort the signal before the lease could lapse, counted from the claim's send", async () => {
     const clock = new ManualClock();
     const inner = new MemoryBackend({ clock });
     let renewals = 0;
@@ -486,26 +487,35 @@ describe("results, keys and errors", () => {
         throw new Error("timeout");
       },
     };
+    const start = clock.now();
+    let abortedAt = 0;
     const running = lock(
       key("renew-fail"),
       ({ signal }) =>
-        new Promise<unknown>((resolve) => signal.addEventListener("abort", () => resolve(signal.reason))),
+        new Promise<unknown>((resolve) =>
+          signal.addEventListener("abort", () => {
+            abortedAt = clock.now();
+            resolve(signal.reason);
+          }),
+        ),
       { backend: flaky, clock, leaseMs: 900, logger: quiet },
     );
     await clock.advance(300);
-    await clock.advance(300);
-    expect(renewals).toBe(2);
-    await clock.advance(300);
+    expect(renewals).toBe(1);
+    await clock.advance(600);
     const outcome = await running;
     expect(outcome.kind === "ran" && outcome.value).toBeInstanceOf(LeaseLostError);
-    expect(renewals).toBe(3);
+    // Failed renewals are retried (every lease / 6) until the deadline: lease − margin after the claim.
+    expect(renewals).toBeGreaterThanOrEqual(3);
+    expect(abortedAt - start).toBeLessThanOrEqual(900 - 90);
+    expect(abortedAt - start).toBeGreaterThan(600);
   });
 
   it("a corrupt record is overwritten by the next lock and reported", async () => {
     const map = new Map<string, unknown>();
     const backend = new MemoryBackend({ map });
     const k = key("corrupt");
-    map.set(k, "not a record");
+    map.set(storedKey(undefined, k), "not a record");
     const events: string[] = [];
     const outcome = await lock(k, async () => "fresh", {
       backend,

@@ -16,17 +16,18 @@ import {
   ConfigurationError,
   ConflictError,
   InProgressError,
-  InvalidKeyError,
-  LeaseLostError,
+  type LeaseLostError,
   ResultUnavailableError,
   StorageError,
   storageError,
 } from "./errors.js";
 import { callHook, consoleLogger, EventType, hashKey, type Logger, type OncelyEvent } from "./events.js";
+import { Heartbeat } from "./heartbeat.js";
+import { validateKey } from "./keys.js";
+import { cancel, Scheduled, schedule } from "./scheduler.js";
 import type { Backend, Claim, ClaimOutcome } from "./types.js";
 
-/** Longest key accepted, in UTF-8 bytes. Longer business keys should be hashed by the caller. */
-export const MAX_KEY_BYTES = 1024;
+export { MAX_KEY_BYTES, validateKey } from "./keys.js";
 /** @default 60 seconds */
 export const DEFAULT_LEASE_MS = 60_000;
 /** @default 24 hours */
@@ -65,7 +66,18 @@ export interface GuardOptions {
    * same fence: both are retry-safe). @default 2
    */
   readonly storageRetries?: number | undefined;
+  /**
+   * Deadline of one store operation, its retries included (milliseconds). A call that has not
+   * answered by then counts as failed: a claim fails with `StorageError` before any work runs, a
+   * complete after the work resolves as not committed (`complete_failed`), a renewal is retried
+   * until the heartbeat's abort deadline. At most `leaseMs / 3`, so that a renewal that never
+   * answers is given up in time for the next one. @default min(5_000, leaseMs / 3)
+   */
+  readonly storeTimeoutMs?: number | undefined;
 }
+
+/** @default 5 seconds (and never more than a third of the lease) */
+export const DEFAULT_STORE_TIMEOUT_MS = 5_000;
 
 export interface DuplicateInfo<T> {
   readonly key: string;
@@ -81,6 +93,20 @@ export interface LockOptions<T> extends GuardOptions {
   readonly maxResultBytes?: number | undefined;
   /** Called when a duplicate is detected. Observes only: a throw is logged and ignored. */
   readonly onDuplicate?: ((info: DuplicateInfo<T>) => unknown) | undefined;
+  /**
+   * Wait up to this many milliseconds for a live holder to finish instead of rejecting at once:
+   * the call then resolves as the holder's duplicate, or, when the holder released the key (its
+   * work failed), claims it and runs. Waits use the backend's change notification where it has one,
+   * else backed-off polling. @default 0
+   */
+  readonly wait?: number | undefined;
+  /**
+   * Decides, once the work returned, whether its value is committed. `false` releases the key
+   * instead of completing it, so that a retry runs the work again (an HTTP 5xx response, say); the
+   * call resolves `{ kind: "ran", committed: false, reason: "declined" }`. A throw counts as `false`
+   * and is logged. @default every value is committed
+   */
+  readonly shouldCommit?: ((value: T) => boolean) | undefined;
 }
 
 export interface MutexOptions extends GuardOptions {
@@ -111,7 +137,11 @@ export type LockOutcome<T> =
        * happened, so a throw would only make a broker redeliver it. Logged as an error and an event.
        */
       readonly committed: false;
-      readonly reason: "fenced_out" | "complete_failed";
+      /**
+       * `fenced_out`: another holder took the key over; `complete_failed`: the store failed or
+       * passed its deadline; `declined`: `shouldCommit` returned false and the key was released.
+       */
+      readonly reason: "fenced_out" | "complete_failed" | "declined";
       readonly error?: unknown;
     }
   | {
@@ -130,12 +160,13 @@ interface Resolved {
   readonly logger: Logger;
   readonly clock: Clock;
   readonly retries: number;
+  readonly storeTimeoutMs: number;
   readonly emit: (type: EventType, fields?: Partial<OncelyEvent>) => void;
 }
 
 function resolve(key: unknown, options: GuardOptions): Resolved {
   validateKey(key);
-  if (options === undefined || options.backend === undefined) {
+  if (options === undefined || options === null || options.backend === undefined) {
     throw new ConfigurationError("options.backend is required", { key });
   }
   const leaseMs = options.leaseMs ?? DEFAULT_LEASE_MS;
@@ -150,24 +181,39 @@ function resolve(key: unknown, options: GuardOptions): Resolved {
   if (!Number.isSafeInteger(retries) || retries < 0) {
     throw new ConfigurationError(`storageRetries must be a non-negative integer, got ${retries}`, { key });
   }
+  const storeTimeoutMs =
+    options.storeTimeoutMs ?? Math.min(DEFAULT_STORE_TIMEOUT_MS, Math.floor(leaseMs / 3));
+  if (!Number.isSafeInteger(storeTimeoutMs) || storeTimeoutMs < 1 || storeTimeoutMs > leaseMs / 3) {
+    throw new ConfigurationError(
+      `storeTimeoutMs must be an integer from 1 to leaseMs / 3 (${Math.floor(leaseMs / 3)}), got ${storeTimeoutMs}`,
+      { key },
+    );
+  }
   const logger = options.logger ?? consoleLogger;
   const clock = options.clock ?? systemClock;
   const backend = options.backend;
   const started = clock.now();
   let keyHash: string | undefined;
-  const emit = (type: EventType, fields: Partial<OncelyEvent> = {}) => {
-    if (options.onEvent === undefined && logger.debug === undefined) return;
-    keyHash ??= hashKey(key);
-    const event: OncelyEvent = {
-      type,
-      keyHash,
-      backend: backend.name,
-      latencyMs: clock.now() - started,
-      ...fields,
-    };
-    logger.debug?.({ ...event }, `[oncely] ${type}`);
-    callHook(logger, "onEvent", options.onEvent, event);
-  };
+  const onEvent = options.onEvent;
+  const emit =
+    onEvent === undefined && logger.debug === undefined
+      ? noEmit
+      : (type: EventType, fields: Partial<OncelyEvent> = {}) => {
+          keyHash ??= hashKey(key);
+          const event: OncelyEvent = {
+            type,
+            keyHash,
+            backend: backend.name,
+            latencyMs: clock.now() - started,
+            ...fields,
+          };
+          try {
+            logger.debug?.({ ...event }, `[oncely] ${type}`);
+          } catch {
+            // a logger that throws gets no second chance
+          }
+          callHook(logger, "onEvent", onEvent, event);
+        };
   return {
     backend,
     leaseMs,
@@ -177,21 +223,12 @@ function resolve(key: unknown, options: GuardOptions): Resolved {
     logger,
     clock,
     retries,
+    storeTimeoutMs,
     emit,
   };
 }
 
-/** Throws `InvalidKeyError` for a key that is not a non-empty string of at most `MAX_KEY_BYTES`. */
-export function validateKey(key: unknown): asserts key is string {
-  if (typeof key !== "string") throw new InvalidKeyError(`key must be a string, got ${typeof key}`);
-  if (key.length === 0) throw new InvalidKeyError("key must not be empty");
-  const bytes = Buffer.byteLength(key, "utf8");
-  if (bytes > MAX_KEY_BYTES) {
-    throw new InvalidKeyError(
-      `key is ${bytes} bytes; the limit is ${MAX_KEY_BYTES} (hash long business keys)`,
-    );
-  }
-}
+const noEmit = () => {};
 
 /** A fresh random 128-bit claim token, hex. */
 export function newToken(): string {
@@ -200,33 +237,123 @@ export function newToken(): string {
 
 const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-/** Runs a store call, retrying `StorageError`s; every driver failure surfaces as `StorageError`. */
-async function withRetries<T>(
+function timeoutError(r: Resolved, operation: string, key: string, ms: number): StorageError {
+  return new StorageError(`${operation} did not answer within ${ms} ms (storeTimeoutMs)`, {
+    backend: r.backend.name,
+    operation,
+    key,
+  });
+}
+
+/**
+ * One attempt of a store call, bounded by `ms`. The first attempt of every call shares one timer
+ * queue per deadline length (the hot path); a retry's shorter remaining budget gets a timer of its own.
+ */
+function bounded<T>(
   r: Resolved,
   operation: string,
   key: string,
   call: () => Promise<T>,
+  ms: number,
 ): Promise<T> {
-  for (let attempt = 0; ; attempt++) {
+  return new Promise<T>((resolve, reject) => {
+    let timer: ReturnType<Clock["setTimeout"]> | undefined;
+    let deadline: Scheduled | undefined;
+    const expire = () => reject(timeoutError(r, operation, key, r.storeTimeoutMs));
+    if (ms === r.storeTimeoutMs) deadline = schedule(r.clock, ms, new Scheduled(expire));
+    else timer = r.clock.setTimeout(expire, ms);
+    const settle = () => {
+      cancel(deadline);
+      if (timer !== undefined) r.clock.clearTimeout(timer);
+    };
+    let pending: Promise<T>;
     try {
-      return await call();
+      pending = call();
+    } catch (error) {
+      pending = Promise.reject(error);
+    }
+    pending.then(
+      (value) => {
+        settle();
+        resolve(value);
+      },
+      (error: unknown) => {
+        settle();
+        reject(error);
+      },
+    );
+  });
+}
+
+/**
+ * Runs a store call within the `storeTimeoutMs` budget, retrying `StorageError`s while budget and
+ * retries remain; every driver failure surfaces as `StorageError`, and so does the deadline.
+ */
+async function storeCall<T>(r: Resolved, operation: string, key: string, call: () => Promise<T>): Promise<T> {
+  const start = r.clock.now();
+  for (let attempt = 0; ; attempt++) {
+    const remaining = attempt === 0 ? r.storeTimeoutMs : r.storeTimeoutMs - (r.clock.now() - start);
+    try {
+      if (remaining <= 0) throw timeoutError(r, operation, key, r.storeTimeoutMs);
+      return await bounded(r, operation, key, call, remaining);
     } catch (cause) {
       const error = storageError(r.backend.name, operation, key, cause);
-      if (!(error instanceof StorageError) || attempt >= r.retries) throw error;
-      await pause(20 * 4 ** attempt);
+      const backoff = 20 * 4 ** attempt;
+      const left = r.storeTimeoutMs - (r.clock.now() - start);
+      if (!(error instanceof StorageError) || attempt >= r.retries || left <= backoff) throw error;
+      await pause(backoff);
     }
   }
 }
 
+interface Acquired {
+  readonly outcome: ClaimOutcome;
+  /** When the claim call that produced `outcome` was first sent: the lease runs from no earlier. */
+  readonly sentAt: number;
+}
+
 /** Claims with one token for every retry, so a retried call that already won is re-affirmed. */
-async function acquire(r: Resolved, key: string): Promise<ClaimOutcome> {
+async function acquire(r: Resolved, key: string): Promise<Acquired> {
   const claimOptions = { leaseMs: r.leaseMs, ttlMs: r.ttlMs, token: newToken(), fingerprint: r.fingerprint };
+  const sentAt = r.clock.now();
   try {
-    return await withRetries(r, "claim", key, () => r.backend.claim(key, claimOptions));
+    const outcome = await storeCall(r, "claim", key, () => r.backend.claim(key, claimOptions));
+    return { outcome, sentAt };
   } catch (error) {
     r.emit(EventType.StorageError, { error, detail: "claim" });
     throw error;
   }
+}
+
+/**
+ * Claims, and while a live holder has the key and `wait` allows, waits for it to change (the
+ * backend's notification, else a backed-off poll) and claims again. `stop` ends the wait early for
+ * outcomes the caller handles at once (a fingerprint conflict).
+ */
+async function acquireWaiting(
+  r: Resolved,
+  key: string,
+  wait: number,
+  check: (outcome: Extract<ClaimOutcome, { kind: "held" }>) => void,
+): Promise<Acquired> {
+  const deadline = r.clock.now() + wait;
+  let delay = 10;
+  for (;;) {
+    const acquired = await acquire(r, key);
+    const { outcome } = acquired;
+    if (outcome.kind !== "held") return acquired;
+    check(outcome);
+    const remaining = deadline - r.clock.now();
+    if (remaining <= 0) return acquired;
+    const step = Math.min(remaining, delay, Math.max(1, outcome.remainingMs));
+    await waitForChange(r, key, step);
+    delay = Math.min(delay * 2, 500);
+  }
+}
+
+function checkWait(key: string, wait: number): void {
+  if (!Number.isFinite(wait) || wait < 0)
+    throw new ConfigurationError(`wait must be >= 0, got ${wait}`, { key });
 }
 
 function announceWin(r: Resolved, outcome: Extract<ClaimOutcome, { kind: "won" }>): void {
@@ -261,83 +388,39 @@ function inProgress(
 }
 
 /**
- * Renews a claim every `leaseMs / 3` while work runs. Calls `onLost` once when a renewal finds the
- * fence moved, or when renewals have failed for longer than one lease.
+ * Runs work under a claim with the heartbeat (or, with it off, the lease's abort deadline) and the
+ * abort signal wired; both stop either way.
  */
-class Heartbeat {
-  #timer: ReturnType<Clock["setTimeout"]> | undefined;
-  #lastRenewed: number;
-  #stopped = false;
-  readonly #r: Resolved;
-  readonly #claim: Claim;
-  readonly #onLost: (error: LeaseLostError) => void;
-
-  constructor(r: Resolved, claim: Claim, onLost: (error: LeaseLostError) => void) {
-    this.#r = r;
-    this.#claim = claim;
-    this.#onLost = onLost;
-    this.#lastRenewed = r.clock.now();
-    this.#schedule();
-  }
-
-  #schedule(): void {
-    if (this.#stopped) return;
-    this.#timer = this.#r.clock.setTimeout(
-      () => void this.#beat(),
-      Math.max(1, Math.floor(this.#r.leaseMs / 3)),
-    );
-  }
-
-  async #beat(): Promise<void> {
-    const { backend, clock, leaseMs } = this.#r;
-    const fields = { key: this.#claim.key, fence: this.#claim.fence, backend: backend.name };
-    try {
-      const renewed = await backend.renew(this.#claim, leaseMs);
-      if (this.#stopped) return;
-      if (renewed) {
-        this.#lastRenewed = clock.now();
-        this.#schedule();
-        return;
-      }
-      this.#lose(new LeaseLostError("claim lost: the fence moved (another holder took over)", fields));
-    } catch (cause) {
-      if (this.#stopped) return;
-      this.#r.emit(EventType.StorageError, { fence: this.#claim.fence, error: cause, detail: "renew" });
-      if (clock.now() - this.#lastRenewed >= leaseMs) {
-        this.#lose(
-          new LeaseLostError("claim lost: renewals failed for longer than the lease", { ...fields, cause }),
-        );
-      } else {
-        this.#schedule();
-      }
-    }
-  }
-
-  #lose(error: LeaseLostError): void {
-    this.stop();
-    this.#r.emit(EventType.LeaseLost, { fence: this.#claim.fence, error });
-    this.#r.logger.warn({ backend: this.#r.backend.name, fence: this.#claim.fence }, error.message);
-    this.#onLost(error);
-  }
-
-  stop(): void {
-    this.#stopped = true;
-    if (this.#timer !== undefined) this.#r.clock.clearTimeout(this.#timer);
-    this.#timer = undefined;
-  }
-}
-
-/** Runs work under a claim with the heartbeat and abort signal wired; the heartbeat stops either way. */
-async function runUnderClaim<T>(r: Resolved, claim: Claim, work: Work<T>): Promise<T> {
+async function runUnderClaim<T>(r: Resolved, claim: Claim, sentAt: number, work: Work<T>): Promise<T> {
   // AbortController is costly on Node 20: build it only when work reads `signal`.
   let controller: AbortController | undefined;
   let lost: LeaseLostError | undefined;
-  const heartbeat = r.heartbeat
-    ? new Heartbeat(r, claim, (error) => {
-        lost = error;
-        controller?.abort(error);
-      })
-    : undefined;
+  const heartbeat = new Heartbeat(
+    {
+      backendName: r.backend.name,
+      clock: r.clock,
+      leaseMs: r.leaseMs,
+      // One bounded attempt per beat: the heartbeat retries on its own cadence until its deadline.
+      renew: (c) =>
+        bounded(r, "renew", c.key, () => r.backend.renew(c, r.leaseMs), r.storeTimeoutMs).catch((cause) => {
+          throw storageError(r.backend.name, "renew", c.key, cause);
+        }),
+      renewFailed: (c, error) => r.emit(EventType.StorageError, { fence: c.fence, error, detail: "renew" }),
+    },
+    claim,
+    sentAt,
+    r.heartbeat,
+    (error) => {
+      lost = error;
+      r.emit(EventType.LeaseLost, { fence: claim.fence, error });
+      try {
+        r.logger.warn({ backend: r.backend.name, fence: claim.fence }, error.message);
+      } catch {
+        // a logger that throws gets no second chance
+      }
+      controller?.abort(error);
+    },
+  );
   const context: WorkContext = {
     key: claim.key,
     fence: claim.fence,
@@ -352,14 +435,23 @@ async function runUnderClaim<T>(r: Resolved, claim: Claim, work: Work<T>): Promi
   try {
     return await work(context);
   } finally {
-    heartbeat?.stop();
+    heartbeat.stop();
   }
 }
 
-/** Releases after failed work or a mutex turn. Never throws: a lost release heals after one lease. */
+/**
+ * Releases after failed work or a mutex turn. Never throws: a lost release heals after one lease.
+ * A retried release whose first reply was lost finds its own release done (fence one above, lease
+ * expired, no token): that is a release, not a fence-out.
+ */
 async function releaseQuietly(r: Resolved, claim: Claim): Promise<boolean> {
+  let attempts = 0;
   try {
-    const released = await withRetries(r, "release", claim.key, () => r.backend.release(claim));
+    let released = await storeCall(r, "release", claim.key, () => {
+      attempts++;
+      return r.backend.release(claim);
+    });
+    if (!released && attempts > 1) released = await releasedByUs(r, claim);
     if (released) {
       r.emit(EventType.Released, { fence: claim.fence });
     } else {
@@ -368,11 +460,37 @@ async function releaseQuietly(r: Resolved, claim: Claim): Promise<boolean> {
     return released;
   } catch (error) {
     r.emit(EventType.StorageError, { fence: claim.fence, error, detail: "release" });
-    r.logger.error(
-      { backend: r.backend.name, fence: claim.fence, error },
-      `[oncely] [${r.backend.name}] release failed; the key frees when its lease lapses`,
-    );
+    try {
+      r.logger.error(
+        { backend: r.backend.name, fence: claim.fence, error },
+        `[oncely] [${r.backend.name}] release failed; the key frees when its lease lapses`,
+      );
+    } catch {
+      // a logger that throws gets no second chance
+    }
     return false;
+  }
+}
+
+async function releasedByUs(r: Resolved, claim: Claim): Promise<boolean> {
+  try {
+    const record = await storeCall(r, "get", claim.key, () => r.backend.get(claim.key));
+    return (
+      record !== undefined &&
+      record.state === "claimed" &&
+      record.fence === claim.fence + 1 &&
+      record.token === ""
+    );
+  } catch {
+    return false;
+  }
+}
+
+function logError(r: Resolved, fields: Record<string, unknown>, message: string): void {
+  try {
+    r.logger.error({ backend: r.backend.name, ...fields }, `[oncely] [${r.backend.name}] ${message}`);
+  } catch {
+    // a logger that throws gets no second chance
   }
 }
 
@@ -383,17 +501,26 @@ async function releaseQuietly(r: Resolved, claim: Claim): Promise<boolean> {
  *   `leaseMs / 3`), records the key as done with the encoded result, resolves `{ kind: "ran" }`.
  * - Redelivery after success: resolves `{ kind: "duplicate" }` with the stored result; `work` does
  *   not run.
- * - Concurrent delivery while a live holder works: rejects with `InProgressError` (`retryAfterMs`).
+ * - Concurrent delivery while a live holder works: rejects with `InProgressError` (`retryAfterMs`),
+ *   or with `wait`, waits (bounded) for the holder and resolves as its duplicate — or runs, when the
+ *   holder released the key.
  * - `work` throws: the claim is released (fence advanced) and the error rethrown, so a retry runs.
- * - After `work` succeeded, nothing throws: a fenced-out or failed complete resolves with
- *   `committed: false`, an error log line and an event.
- * - Before `work`: a store that cannot be reached rejects with `StorageError`; a payload fingerprint
- *   that differs from the first one rejects with `ConflictError`.
+ * - After `work` succeeded, nothing throws: a fenced-out or failed (or timed-out) complete resolves
+ *   with `committed: false`, an error log line and an event.
+ * - Before `work`: a store that cannot be reached (or does not answer within `storeTimeoutMs`)
+ *   rejects with `StorageError`; a payload fingerprint that differs from the first one rejects with
+ *   `ConflictError`, also while the first is still in flight.
  */
 export async function lock<T>(key: string, work: Work<T>, options: LockOptions<T>): Promise<LockOutcome<T>> {
   const r = resolve(key, options);
   const codec = options.codec === undefined ? (jsonCodec as ResultCodec<T>) : options.codec;
-  const outcome = await acquire(r, key);
+  const wait = options.wait ?? 0;
+  if (wait !== 0) checkWait(key, wait);
+  const acquired =
+    wait === 0
+      ? await acquire(r, key)
+      : await acquireWaiting(r, key, wait, (held) => checkFingerprint(r, key, held.fingerprint, held.fence));
+  const { outcome } = acquired;
 
   if (outcome.kind === "held") {
     checkFingerprint(r, key, outcome.fingerprint, outcome.fence);
@@ -413,10 +540,15 @@ export async function lock<T>(key: string, work: Work<T>, options: LockOptions<T
   announceWin(r, outcome);
   let value: T;
   try {
-    value = await runUnderClaim(r, claim, work);
+    value = await runUnderClaim(r, claim, acquired.sentAt, work);
   } catch (error) {
     await releaseQuietly(r, claim);
     throw error;
+  }
+
+  if (options.shouldCommit !== undefined && !decidesToCommit(r, options.shouldCommit, value)) {
+    await releaseQuietly(r, claim);
+    return { kind: "ran", value, fence: claim.fence, committed: false, reason: "declined" };
   }
 
   const packed =
@@ -424,13 +556,17 @@ export async function lock<T>(key: string, work: Work<T>, options: LockOptions<T
       ? undefined
       : packResult(value, codec, options.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES);
   if (packed?.omitted !== undefined) {
-    r.logger.warn(
-      { backend: r.backend.name, fence: claim.fence, reason: packed.omitted },
-      `[oncely] result not stored (${packed.omitted}); duplicates will see it as unavailable`,
-    );
+    try {
+      r.logger.warn(
+        { backend: r.backend.name, fence: claim.fence, reason: packed.omitted },
+        `[oncely] result not stored (${packed.omitted}); duplicates will see it as unavailable`,
+      );
+    } catch {
+      // a logger that throws gets no second chance
+    }
   }
   try {
-    const completed = await withRetries(r, "complete", key, () =>
+    const completed = await storeCall(r, "complete", key, () =>
       r.backend.complete(claim, { ttlMs: r.ttlMs, result: packed?.bytes }),
     );
     if (completed) {
@@ -444,69 +580,72 @@ export async function lock<T>(key: string, work: Work<T>, options: LockOptions<T
       };
     }
     r.emit(EventType.FencedOut, { fence: claim.fence, detail: "complete" });
-    r.logger.error(
-      { backend: r.backend.name, fence: claim.fence },
-      `[oncely] [${r.backend.name}] work finished but another holder took the key over (fenced out); not committed`,
+    logError(
+      r,
+      { fence: claim.fence },
+      "work finished but another holder took the key over (fenced out); not committed",
     );
     return { kind: "ran", value, fence: claim.fence, committed: false, reason: "fenced_out" };
   } catch (error) {
     r.emit(EventType.CompleteFailed, { fence: claim.fence, error });
-    r.logger.error(
-      { backend: r.backend.name, fence: claim.fence, error },
-      `[oncely] [${r.backend.name}] work finished but complete failed; not committed (a redelivery may run it again)`,
+    logError(
+      r,
+      { fence: claim.fence, error },
+      "work finished but complete failed; not committed (a redelivery may run it again)",
     );
     return { kind: "ran", value, fence: claim.fence, committed: false, reason: "complete_failed", error };
+  }
+}
+
+function decidesToCommit<T>(r: Resolved, shouldCommit: (value: T) => boolean, value: T): boolean {
+  try {
+    return shouldCommit(value) === true;
+  } catch (error) {
+    logError(r, { error }, "shouldCommit threw; the key is released instead of completed");
+    return false;
   }
 }
 
 /**
  * Serialize: claim, run `work`, always release — never complete. Every call runs eventually, never
  * two at once for one key. Contention rejects with `InProgressError`, or with `wait` waits (bounded)
- * for the key to free. A key that `lock` completed is refused with `InProgressError` (reason `done`).
+ * for the key to free. A key that `lock` completed is refused with `InProgressError` (reason `done`,
+ * `retryAfterMs` the time left until the record expires).
  * `work`'s error is rethrown after the release; its value is returned.
  */
 export async function mutex<T>(key: string, work: Work<T>, options: MutexOptions): Promise<T> {
   const r = resolve(key, options);
   const wait = options.wait ?? 0;
-  if (!Number.isFinite(wait) || wait < 0)
-    throw new ConfigurationError(`wait must be >= 0, got ${wait}`, { key });
-  const deadline = r.clock.now() + wait;
-  let delay = 10;
-  let claim: Claim;
-  for (;;) {
-    const outcome = await acquire(r, key);
-    if (outcome.kind === "won") {
-      announceWin(r, outcome);
-      claim = outcome.claim;
-      break;
-    }
-    if (outcome.kind === "done") {
-      r.emit(EventType.InProgress, { fence: outcome.fence, detail: "done" });
-      throw new InProgressError(
-        "mutex refused: the key was completed by lock and is not free until it expires",
-        {
-          key,
-          fence: outcome.fence,
-          backend: r.backend.name,
-          retryAfterMs: Math.max(1, outcome.expiresAt - outcome.completedAt),
-          reason: "done",
-        },
-      );
-    }
-    const remaining = deadline - r.clock.now();
-    if (remaining <= 0) throw inProgress(r, key, outcome);
-    const step = Math.min(remaining, delay, Math.max(1, outcome.remainingMs));
-    await waitForChange(r, key, step);
-    delay = Math.min(delay * 2, 500);
+  checkWait(key, wait);
+  const acquired = await acquireWaiting(r, key, wait, () => {});
+  const { outcome } = acquired;
+  if (outcome.kind === "done") {
+    r.emit(EventType.InProgress, { fence: outcome.fence, detail: "done" });
+    const ttlLeft = outcome.expiresAt - r.clock.now();
+    throw new InProgressError(
+      "mutex refused: the key was completed by lock and is not free until it expires",
+      {
+        key,
+        fence: outcome.fence,
+        backend: r.backend.name,
+        // The store's clock may differ from ours: never more than the record's whole retention.
+        retryAfterMs: Math.max(1, Math.min(ttlLeft, outcome.expiresAt - outcome.completedAt)),
+        reason: "done",
+      },
+    );
   }
+  if (outcome.kind === "held") throw inProgress(r, key, outcome);
+  announceWin(r, outcome);
+  const { claim } = outcome;
   try {
-    return await runUnderClaim(r, claim, work);
+    return await runUnderClaim(r, claim, acquired.sentAt, work);
   } finally {
     const released = await releaseQuietly(r, claim);
     if (!released) {
-      r.logger.error(
-        { backend: r.backend.name, fence: claim.fence },
-        `[oncely] [${r.backend.name}] mutex turn ended without a clean release (lease lost or store error)`,
+      logError(
+        r,
+        { fence: claim.fence },
+        "mutex turn ended without a clean release (lease lost or store error)",
       );
     }
   }
@@ -526,7 +665,7 @@ async function waitForChange(r: Resolved, key: string, ms: number): Promise<void
 }
 
 export interface MakeIdempotentOptions<A extends unknown[], T> extends LockOptions<T> {
-  /** Derives the idempotency key from the call's arguments. */
+  /** Derives the idempotency key from the call's arguments (called with the same `this`). */
   readonly key: (...args: A) => string;
 }
 
@@ -534,16 +673,16 @@ export interface MakeIdempotentOptions<A extends unknown[], T> extends LockOptio
  * Wraps an async function so that calls with the same key run it once within the ttl; duplicates
  * return the first call's stored result. A duplicate whose result was not stored (too large,
  * unserializable, capture off) rejects with `ResultUnavailableError`; a concurrent call rejects with
- * `InProgressError`.
+ * `InProgressError`. The wrapper keeps `this`, so it also wraps methods.
  */
-export function makeIdempotent<A extends unknown[], T>(
-  fn: (...args: A) => T | Promise<T>,
+export function makeIdempotent<A extends unknown[], T, This = unknown>(
+  fn: (this: This, ...args: A) => T | Promise<T>,
   options: MakeIdempotentOptions<A, T>,
-): (...args: A) => Promise<T> {
+): (this: This, ...args: A) => Promise<T> {
   const { key: keyOf, ...lockOptions } = options;
-  return async function idempotentCall(...args: A): Promise<T> {
-    const key = keyOf(...args);
-    const outcome = await lock(key, () => fn(...args), lockOptions);
+  return async function idempotentCall(this: This, ...args: A): Promise<T> {
+    const key = keyOf.apply(this, args);
+    const outcome = await lock(key, () => fn.apply(this, args), lockOptions);
     if (outcome.kind === "ran") return outcome.value;
     if (outcome.result.available) return outcome.result.value;
     throw new ResultUnavailableError(

@@ -5,7 +5,7 @@
  * an unavailable store all become 500 there instead of 503/400. Pub/Sub redelivers either way.
  */
 import { MessageRejectedError } from "./errors.js";
-import { extendContext, type MessageContext, MessageGuard, type PubSubGuardOptions } from "./guard.js";
+import { extendContext, type MessageContext, type PubSubGuardOptions, pubsubGuard } from "./guard.js";
 import { decodeCloudEvent, type PubSubMessage } from "./message.js";
 
 /** The structural shape of a CloudEvent as the functions-framework delivers it. */
@@ -45,14 +45,11 @@ export function idempotentCloudEvent<T = unknown>(
   handler: CloudEventHandler<T>,
   options: PubSubGuardOptions<T>,
 ): (event: CloudEventLike) => Promise<void> {
-  const guard = new MessageGuard<T>(options, "idempotentCloudEvent");
+  const guard = pubsubGuard<T>(options, "idempotentCloudEvent");
   return async function idempotentCloudEventHandler(event: CloudEventLike): Promise<void> {
     const decoded = decodeCloudEvent(event);
     if (decoded.kind === "malformed") {
-      guard.logger.warn(
-        { reason: decoded.reason },
-        `[oncely] [pubsub] malformed CloudEvent refused: ${decoded.reason}`,
-      );
+      guard.logger.warn({ reason: decoded.reason }, `malformed CloudEvent refused: ${decoded.reason}`);
       throw new MessageRejectedError(`malformed CloudEvent: ${decoded.reason}`, { reason: "malformed" });
     }
     const { message } = decoded;
@@ -61,6 +58,7 @@ export function idempotentCloudEvent<T = unknown>(
     );
     switch (outcome.kind) {
       case "ran":
+      case "not_committed":
       case "duplicate":
       case "unguarded":
         return;
@@ -74,6 +72,8 @@ export function idempotentCloudEvent<T = unknown>(
         });
       case "refused":
         throw new MessageRejectedError(`refused: ${outcome.reason}`, { reason: "refused" });
+      case "conflict":
+        throw new MessageRejectedError("refused: key reused with a different payload", { reason: "refused" });
       case "unavailable":
         throw new MessageRejectedError("idempotency store unavailable; nothing ran", {
           reason: "unavailable",

@@ -4,12 +4,13 @@
  * otherwise. The client library keeps extending the ack deadline while the handler runs; oncely's
  * heartbeat keeps the claim's lease alive alongside it.
  */
+import { ConfigurationError } from "../core/errors.js";
 import {
   extendContext,
   type GuardOutcome,
   type MessageContext,
-  MessageGuard,
   type PubSubGuardOptions,
+  pubsubGuard,
 } from "./guard.js";
 import { MessageForm, type PubSubMessage, parseJsonData } from "./message.js";
 
@@ -41,7 +42,8 @@ export type PullHandler<T> = (message: PubSubMessage, context: PullContext) => T
 export interface IdempotentMessageOptions<T = unknown> extends PubSubGuardOptions<T> {
   /**
    * The subscription the messages come from (its full name, or the client's `Subscription`, whose
-   * `name` is used). The default key is namespaced by it, as on the push path.
+   * `name` is used). The default key is namespaced by it, as on the push path, so two subscriptions
+   * sharing a backend never share keys. Required unless a `key` function replaces the default key.
    */
   readonly subscription?: string | { readonly name: string } | undefined;
 }
@@ -85,7 +87,7 @@ export function fromPullMessage(pulled: PullMessageLike, subscription?: string):
  *
  * | outcome | settles |
  * |---|---|
- * | handler returned, or duplicate, or ran unguarded | `ack()` |
+ * | handler returned (committed or not), or duplicate, or ran unguarded | `ack()` |
  * | live holder elsewhere, handler threw, no key, store unavailable | `nack()` (redelivered) |
  *
  * The returned listener never rejects (an event emitter would turn that into an unhandled
@@ -99,9 +101,16 @@ export function idempotentMessage<T = unknown>(
   handler: PullHandler<T>,
   options: IdempotentMessageOptions<T>,
 ): (pulled: PullMessageLike) => Promise<PullSettlement<T>> {
-  const guard = new MessageGuard<T>(options, "idempotentMessage", true);
+  const guard = pubsubGuard<T>(options, "idempotentMessage", true);
   const subscription =
     typeof options.subscription === "string" ? options.subscription : options.subscription?.name;
+  if (options.key === undefined && (typeof subscription !== "string" || subscription.length === 0)) {
+    throw new ConfigurationError(
+      "idempotentMessage: options.subscription is required (its name, or the client's Subscription): " +
+        "the default key is the message id namespaced by it, and without it two subscriptions sharing a " +
+        "backend would answer each other's messages as duplicates",
+    );
+  }
   return async function idempotentMessageListener(pulled: PullMessageLike): Promise<PullSettlement<T>> {
     let outcome: GuardOutcome<T>;
     try {
@@ -109,17 +118,18 @@ export function idempotentMessage<T = unknown>(
       outcome = await guard.run(message, (context) => handler(message, extendContext(context, { pulled })));
     } catch (error) {
       // Only a message not of the documented shape (or a logger that throws) gets here.
-      outcome = { kind: "failed", key: undefined, error };
+      outcome = { kind: "failed", key: undefined, error, started: false };
       try {
-        guard.logger.error(
-          { messageId: pulled?.id, error },
-          "[oncely] [pubsub] could not process the message; nack",
-        );
+        guard.logger.error({ messageId: pulled?.id, error }, "could not process the message; nack");
       } catch {
         // a logger that throws gets no second chance
       }
     }
-    const ack = outcome.kind === "ran" || outcome.kind === "duplicate" || outcome.kind === "unguarded";
+    const ack =
+      outcome.kind === "ran" ||
+      outcome.kind === "not_committed" ||
+      outcome.kind === "duplicate" ||
+      outcome.kind === "unguarded";
     try {
       if (ack) pulled.ack();
       else pulled.nack();
@@ -127,7 +137,7 @@ export function idempotentMessage<T = unknown>(
       try {
         guard.logger.error(
           { messageId: pulled.id, error },
-          `[oncely] [pubsub] ${ack ? "ack" : "nack"} threw; Pub/Sub redelivers after the ack deadline`,
+          `${ack ? "ack" : "nack"} threw; Pub/Sub redelivers after the ack deadline`,
         );
       } catch {
         // a logger that throws gets no second chance

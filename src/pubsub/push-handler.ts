@@ -8,8 +8,8 @@ import {
   extendContext,
   type GuardOutcome,
   type MessageContext,
-  MessageGuard,
   type PubSubGuardOptions,
+  pubsubGuard,
 } from "./guard.js";
 import { type DecodeOptions, decodePush, type PubSubMessage } from "./message.js";
 
@@ -100,7 +100,7 @@ export function idempotent<
   Req extends PushRequest = PushRequest,
   Res extends PushResponse = PushResponse,
 >(handler: PushHandler<T, Req, Res>, options: IdempotentOptions<T>): (req: Req, res: Res) => Promise<void> {
-  const guard = new MessageGuard<T>(options, "idempotent");
+  const guard = pubsubGuard<T>(options, "idempotent");
   const { logger } = guard;
   const limit = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
   const unavailableAfter = String(options.unavailableRetryAfterSeconds ?? 10);
@@ -118,21 +118,18 @@ export function idempotent<
       }
     } catch (error) {
       if (error instanceof BodyTooLarge) {
-        logger.warn({ limit }, `[oncely] [pubsub] refused a push body over ${limit} bytes (413)`);
+        logger.warn({ limit }, `refused a push body over ${limit} bytes (413)`);
         send(res, 413, `[oncely] push body exceeds ${limit} bytes`);
         return;
       }
-      logger.warn({ error }, "[oncely] [pubsub] could not read the push body; 400");
+      logger.warn({ error }, "could not read the push body; 400");
       send(res, 400, "[oncely] could not read the request body");
       return;
     }
     const rawBody = Buffer.isBuffer(req.rawBody) ? req.rawBody : undefined;
     const decoded = decodePush({ headers: req.headers, body, rawBody }, options);
     if (decoded.kind === "malformed") {
-      logger.warn(
-        { reason: decoded.reason },
-        `[oncely] [pubsub] malformed push refused (400): ${decoded.reason}`,
-      );
+      logger.warn({ reason: decoded.reason }, `malformed push refused (400): ${decoded.reason}`);
       send(res, 400, `[oncely] malformed push: ${decoded.reason}`);
       return;
     }
@@ -143,13 +140,14 @@ export function idempotent<
     );
     switch (outcome.kind) {
       case "ran":
+      case "not_committed":
       case "duplicate":
       case "unguarded": {
         if (res.headersSent || res.writableEnded) {
           if (res.statusCode < 200 || res.statusCode > 299) {
             logger.warn(
               { status: res.statusCode, messageId: message.messageId },
-              "[oncely] [pubsub] the handler answered non-2xx but returned normally: the message is recorded as done; throw to have it redelivered",
+              "the handler answered non-2xx but returned normally: the message is recorded as done; throw to have it redelivered",
             );
           }
           return;
@@ -168,6 +166,9 @@ export function idempotent<
         return;
       case "refused":
         send(res, 400, `[oncely] refused: ${outcome.reason}`);
+        return;
+      case "conflict":
+        send(res, 409, "[oncely] key reused with a different payload; nothing ran");
         return;
       case "unavailable":
         send(res, 503, "[oncely] idempotency store unavailable; nothing ran, retry later", {

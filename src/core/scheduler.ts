@@ -1,0 +1,109 @@
+/**
+ * Shared timers for the hot path. Every claim needs a few timed events — its next heartbeat, the
+ * deadline of each store call — and most are cancelled moments later when the work or the call
+ * finishes. A Node timer per event costs an allocation and two calls into the timer list each; here
+ * every event of one delay on one clock joins one queue, and one timer per queue serves them all.
+ *
+ * Events of one delay fall due in the order they were scheduled, so a queue is a doubly linked list
+ * with append at the tail and O(1) unlink anywhere: scheduling and cancelling cost a few pointer
+ * writes, nothing is retained after a cancel, and the queue's single timer is re-armed only when it
+ * fires.
+ */
+import type { Clock, TimerHandle } from "./clock.js";
+
+/** A scheduled event; pass it to `cancel`. */
+export class Scheduled {
+  /** @internal */ prev: Scheduled | undefined = undefined;
+  /** @internal */ next: Scheduled | undefined = undefined;
+  /** @internal */ due = 0;
+  /** @internal */ queue: Queue | undefined = undefined;
+  /** @internal */ readonly run: () => void;
+
+  constructor(run: () => void) {
+    this.run = run;
+  }
+
+  /** Whether the event is still waiting to fire. */
+  get pending(): boolean {
+    return this.queue !== undefined;
+  }
+}
+
+class Queue {
+  head: Scheduled | undefined = undefined;
+  tail: Scheduled | undefined = undefined;
+  timer: TimerHandle | undefined = undefined;
+  readonly #clock: Clock;
+  readonly #delay: number;
+  readonly #fire = () => this.#onTimer();
+
+  constructor(clock: Clock, delay: number) {
+    this.#clock = clock;
+    this.#delay = delay;
+  }
+
+  add(event: Scheduled): void {
+    event.due = this.#clock.now() + this.#delay;
+    event.queue = this;
+    event.next = undefined;
+    event.prev = this.tail;
+    if (this.tail === undefined) this.head = event;
+    else this.tail.next = event;
+    this.tail = event;
+    if (this.timer === undefined) this.timer = this.#clock.setTimeout(this.#fire, this.#delay);
+  }
+
+  remove(event: Scheduled): void {
+    const { prev, next } = event;
+    if (prev === undefined) this.head = next;
+    else prev.next = next;
+    if (next === undefined) this.tail = prev;
+    else next.prev = prev;
+    event.prev = event.next = event.queue = undefined;
+    if (this.head === undefined && this.timer !== undefined) {
+      this.#clock.clearTimeout(this.timer);
+      this.timer = undefined;
+    }
+  }
+
+  #onTimer(): void {
+    this.timer = undefined;
+    const now = this.#clock.now();
+    for (let event = this.head; event !== undefined && event.due <= now; event = this.head) {
+      this.remove(event);
+      try {
+        event.run();
+      } catch {
+        // an event's own code reports its failures; one throwing never starves the others
+      }
+    }
+    const head = this.head;
+    if (head !== undefined && this.timer === undefined) {
+      this.timer = this.#clock.setTimeout(this.#fire, Math.max(1, head.due - now));
+    }
+  }
+}
+
+const queues = new WeakMap<Clock, Map<number, Queue>>();
+
+/** Runs `event` once, `delay` milliseconds (whole, at least 1) from now on `clock`. */
+export function schedule(clock: Clock, delay: number, event: Scheduled): Scheduled {
+  const ms = Math.max(1, Math.ceil(delay));
+  let byDelay = queues.get(clock);
+  if (byDelay === undefined) {
+    byDelay = new Map();
+    queues.set(clock, byDelay);
+  }
+  let queue = byDelay.get(ms);
+  if (queue === undefined) {
+    queue = new Queue(clock, ms);
+    byDelay.set(ms, queue);
+  }
+  queue.add(event);
+  return event;
+}
+
+/** Cancels a scheduled event; a no-op when it already fired or was cancelled. */
+export function cancel(event: Scheduled | undefined): void {
+  event?.queue?.remove(event);
+}
