@@ -8,6 +8,7 @@ export default defineConfig([
       redis: "src/backends/redis/index.ts",
       pubsub: "src/pubsub/index.ts",
       testing: "src/testing/index.ts",
+      postgres: "src/postgres.ts",
     },
     format: ["esm", "cjs"],
     dts: true,
