@@ -33,6 +33,19 @@ export {
   silentLogger,
 } from "./core/events.js";
 export {
+  type BackendFactory,
+  DISABLED_ENV,
+  extendContext,
+  Guard,
+  type GuardConfig,
+  type GuardContext,
+  type GuardOutcome,
+  isDisabled,
+  type RunOptions,
+  type SurfaceSpec,
+} from "./core/guard.js";
+export { type ScopedLogger, safeText, scopedLogger } from "./core/log.js";
+export {
   type Backend,
   type BackendCapabilities,
   type Claim,
@@ -45,6 +58,7 @@ export {
 } from "./core/types.js";
 export {
   DEFAULT_LEASE_MS,
+  DEFAULT_STORE_TIMEOUT_MS,
   DEFAULT_TTL_MS,
   type DuplicateInfo,
   type GuardOptions,
