@@ -9,7 +9,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
 import { Redis } from "ioredis";
-import { afterAll, describe, expect, it } from "vitest";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PostgresBackend } from "../../src/backends/postgres/index.js";
 import { RedisBackend } from "../../src/backends/redis/index.js";
 import { SqliteBackend } from "../../src/backends/sqlite/index.js";
 import { type Backend, type Claim, type ClaimOutcome, ManualClock, MemoryBackend } from "../../src/index.js";
@@ -19,6 +21,19 @@ const redis = new Redis(process.env.ONCELY_REDIS_URL ?? "redis://127.0.0.1:6379"
 afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
   redis.disconnect();
+});
+// PostgreSQL: a schema of this file's own, dropped afterwards
+const pgPool = new pg.Pool({
+  connectionString: process.env.ONCELY_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test",
+});
+const pgSchema = `oncely_model_${process.pid}_${Date.now().toString(36)}`;
+beforeAll(async () => {
+  await pgPool.query(`CREATE SCHEMA "${pgSchema}"`);
+  await new PostgresBackend({ pool: pgPool, schema: pgSchema }).migrate();
+});
+afterAll(async () => {
+  await pgPool.query(`DROP SCHEMA IF EXISTS "${pgSchema}" CASCADE`);
+  await pgPool.end();
 });
 
 type Op =
@@ -83,6 +98,11 @@ const subjects: { name: string; make: (ns: string) => Backend }[] = [
   {
     name: "redis (ioredis)",
     make: (namespace) => new RedisBackend({ client: redis, namespace, notifications: false }),
+  },
+  {
+    name: "postgres",
+    make: (namespace) =>
+      new PostgresBackend({ pool: pgPool, schema: pgSchema, namespace, notifications: false }),
   },
 ];
 

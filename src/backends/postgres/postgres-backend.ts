@@ -1,0 +1,416 @@
+import { ConfigurationError, StorageError } from "../../core/errors.js";
+import { validateNamespace } from "../../core/namespace.js";
+import { visible } from "../../core/transitions.js";
+import type {
+  Backend,
+  BackendCapabilities,
+  Claim,
+  ClaimOptions,
+  ClaimOutcome,
+  ClaimVia,
+  CompleteOptions,
+  StoredRecord,
+} from "../../core/types.js";
+import { type RecordRow, resultParam, rowToObserved, toInteger, wholeMs } from "../sql/columns.js";
+import { bind, type Compiled } from "../sql/dialect.js";
+import { driverCode, sqlStorageError } from "../sql/errors.js";
+import { sqlIdentifier } from "../sql/identifier.js";
+import { purgeBatchSize, purgeInBatches } from "../sql/purge.js";
+import { SCHEMA_TABLE, SCHEMA_VERSION, SchemaGate, schemaProblem, versionOf } from "../sql/schema.js";
+import { isPgPool, type PgPoolLike, type PgResultLike, runBounded } from "./postgres-client.js";
+import { channelName, PgNotifications, topicOf } from "./postgres-notifications.js";
+import {
+  type PostgresStatements,
+  postgresSchema,
+  postgresStatements,
+  statementName,
+} from "./postgres-statements.js";
+
+export interface PostgresBackendOptions {
+  /**
+   * A `pg.Pool` (node-postgres 8). The backend checks out one client per statement and, while
+   * waiters exist, keeps one more for LISTEN; it never ends the pool.
+   */
+  readonly pool: PgPoolLike;
+  /** The records table (validated: letters, digits, `_`, at most 48). @default "oncely_records" */
+  readonly table?: string | undefined;
+  /** Schema of the table (and of `oncely_schema`); unset: the connection's `search_path`. */
+  readonly schema?: string | undefined;
+  /** Isolates this backend's keys from others sharing the table. @default none */
+  readonly namespace?: string | undefined;
+  /**
+   * Run `migrate()` before the first transition. Off, a missing or old table is a
+   * `ConfigurationError` that says to run `migrate()`. @default false
+   */
+  readonly autoMigrate?: boolean | undefined;
+  /** `complete` and `release` NOTIFY, and waits LISTEN; off, waits poll. @default true */
+  readonly notifications?: boolean | undefined;
+  /**
+   * Bound of every statement, from asking the pool to the answer. A statement past it fails with
+   * `StorageError` and its connection is destroyed. @default 10_000
+   */
+  readonly queryTimeoutMs?: number | undefined;
+  /** Rows deleted per statement by `purgeExpired()`. @default 1_000 */
+  readonly purgeBatchSize?: number | undefined;
+}
+
+/** How many times a claim reruns after losing a first-insert race (it reports on the rerun). */
+const CLAIM_ATTEMPTS = 10;
+const BACKEND = "postgres";
+const VIAS = new Set<string>(["absent", "reaffirmed", "lapsed", "expired", "corrupt"]);
+
+function int(value: unknown, what: string): number {
+  const n = toInteger(value);
+  if (typeof n !== "number" || !Number.isSafeInteger(n))
+    throw new Error(`unexpected ${what} ${String(value)}`);
+  return n;
+}
+
+function optionalInt(value: unknown, what: string): number | undefined {
+  return value === null || value === undefined ? undefined : int(value, what);
+}
+
+function optionalText(value: unknown): string | undefined {
+  return typeof value === "string" ? value : undefined;
+}
+
+function optionalBytes(value: unknown): Uint8Array | undefined {
+  return value instanceof Uint8Array ? value : undefined;
+}
+
+/** What a waiter compares to tell whether a record changed. */
+function snapshot(record: StoredRecord | undefined): string {
+  return record === undefined
+    ? "absent"
+    : `${record.state}|${record.fence}|${record.token}|${record.leaseUntil}`;
+}
+
+/**
+ * Records in a PostgreSQL table, every transition one SQL statement decided on the database clock
+ * (`statement_timestamp()`): client clock skew can neither expire nor extend a lease. Keys compare
+ * byte for byte (`COLLATE "C"`). `complete` and `release` NOTIFY the backend's channel in the same
+ * statement; waits LISTEN on one dedicated connection, rebuilt after it drops, with the caller's
+ * backed-off re-read as the floor.
+ *
+ * The table is created by `migrate()` (idempotent; or `autoMigrate: true`); a missing or outdated
+ * table is refused with an error that says so. Physical deletion is `purgeExpired()` (batched);
+ * correctness never depends on it.
+ */
+export class PostgresBackend implements Backend {
+  readonly name = BACKEND;
+  readonly capabilities: BackendCapabilities;
+  readonly #pool: PgPoolLike;
+  readonly #namespace: string;
+  readonly #tableName: string;
+  readonly #table: string;
+  readonly #schemaTable: string;
+  readonly #indexName: string;
+  readonly #statements: PostgresStatements;
+  readonly #timeoutMs: number;
+  readonly #purgeBatch: number;
+  readonly #autoMigrate: boolean;
+  readonly #channel: string;
+  readonly #notifications: PgNotifications | undefined;
+  readonly #gate: SchemaGate;
+
+  constructor(options: PostgresBackendOptions) {
+    if (options === null || typeof options !== "object" || !isPgPool(options.pool)) {
+      throw new ConfigurationError("options.pool must be a pg Pool (node-postgres)", { backend: BACKEND });
+    }
+    this.#pool = options.pool;
+    this.#namespace = validateNamespace(BACKEND, options.namespace) ?? "";
+    this.#tableName = sqlIdentifier(BACKEND, "table", options.table ?? "oncely_records");
+    const schema =
+      options.schema === undefined ? undefined : sqlIdentifier(BACKEND, "schema", options.schema);
+    const qualify = (name: string) => (schema === undefined ? `"${name}"` : `"${schema}"."${name}"`);
+    this.#table = qualify(this.#tableName);
+    this.#schemaTable = qualify(SCHEMA_TABLE);
+    this.#indexName = `"${this.#tableName}_expires_at"`;
+    this.#statements = postgresStatements(this.#table);
+    this.#timeoutMs = options.queryTimeoutMs ?? 10_000;
+    if (!Number.isSafeInteger(this.#timeoutMs) || this.#timeoutMs < 1) {
+      throw new ConfigurationError(
+        `queryTimeoutMs must be a positive integer, got ${options.queryTimeoutMs}`,
+        {
+          backend: BACKEND,
+        },
+      );
+    }
+    this.#purgeBatch = purgeBatchSize(BACKEND, options.purgeBatchSize);
+    this.#autoMigrate = options.autoMigrate ?? false;
+    this.#channel = channelName(`${schema ?? ""}.${this.#tableName}\u0000${this.#namespace}`);
+    const notify = options.notifications ?? true;
+    this.#notifications = notify
+      ? new PgNotifications(this.#pool, this.#channel, this.#timeoutMs)
+      : undefined;
+    this.#gate = new SchemaGate(() => (this.#autoMigrate ? this.migrate() : this.#checkSchema()));
+    this.capabilities = {
+      serverClock: true,
+      notifications: notify,
+      nativeTtl: false,
+      batchClaim: false,
+      multiProcess: true,
+    };
+  }
+
+  /**
+   * Creates the table, its purge index and the schema-version row when missing (idempotent, in one
+   * transaction, serialised across processes by an advisory lock). Refuses a table that a newer
+   * oncely migrated.
+   */
+  async migrate(): Promise<void> {
+    let client: Awaited<ReturnType<PgPoolLike["connect"]>> | undefined;
+    const onError = () => {};
+    try {
+      client = await this.#pool.connect();
+      client.on("error", onError);
+      const c = client;
+      const run = (text: string, values?: unknown[]) =>
+        c.query(values === undefined ? { text } : { text, values });
+      await run("BEGIN");
+      try {
+        await run(`SET LOCAL statement_timeout = ${this.#timeoutMs * 3}`);
+        await run("SELECT pg_advisory_xact_lock(7366354206135549)");
+        for (const ddl of postgresSchema(this.#table, this.#schemaTable, this.#indexName)) await run(ddl);
+        const found = versionOf(
+          (await run(`SELECT version FROM ${this.#schemaTable} WHERE table_name = $1`, [this.#tableName]))
+            .rows[0],
+        );
+        if (found !== undefined && found > SCHEMA_VERSION) {
+          throw schemaProblem(BACKEND, this.#tableName, found);
+        }
+        await run(
+          `INSERT INTO ${this.#schemaTable} (table_name, version) VALUES ($1, $2)
+           ON CONFLICT (table_name) DO UPDATE SET version = EXCLUDED.version`,
+          [this.#tableName, SCHEMA_VERSION],
+        );
+        await run("COMMIT");
+      } catch (error) {
+        await run("ROLLBACK").catch(() => {});
+        throw error;
+      }
+    } catch (cause) {
+      throw sqlStorageError(BACKEND, "migrate", undefined, cause);
+    } finally {
+      client?.removeListener("error", onError);
+      client?.release();
+    }
+  }
+
+  async #checkSchema(): Promise<void> {
+    let found: number | undefined;
+    try {
+      const result = await runBounded(
+        this.#pool,
+        { text: `SELECT version FROM ${this.#schemaTable} WHERE table_name = $1`, values: [this.#tableName] },
+        this.#timeoutMs,
+      );
+      found = versionOf(result.rows[0]);
+    } catch (cause) {
+      if (driverCode(cause) !== "42P01") throw sqlStorageError(BACKEND, "schema check", undefined, cause);
+    }
+    const problem = schemaProblem(BACKEND, this.#tableName, found);
+    if (problem !== undefined) throw problem;
+  }
+
+  async #run<N extends string>(
+    operation: string,
+    key: string | undefined,
+    statement: Compiled<N>,
+    values: Readonly<Record<N, unknown>>,
+  ): Promise<PgResultLike> {
+    await this.#gate.ensure();
+    try {
+      return await runBounded(
+        this.#pool,
+        { name: statementName(statement), text: statement.text, values: bind(statement, values) },
+        this.#timeoutMs,
+      );
+    } catch (cause) {
+      const missing = driverCode(cause) === "42P01";
+      if (missing) this.#gate.reset();
+      throw sqlStorageError(BACKEND, operation, key, cause, () => missing);
+    }
+  }
+
+  /**
+   * claim (one statement, `planClaim`'s order): wins when the key is absent, corrupt (fence
+   * continued), expired, carries this call's own token (re-affirmed: same fence) or has a lapsed
+   * lease (fence + 1); otherwise reports `done` (with result and fingerprint) or `held` (with the
+   * time left on the database clock), writing nothing.
+   */
+  async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
+    const values = {
+      namespace: this.#namespace,
+      key,
+      token: options.token,
+      lease: wholeMs(BACKEND, "leaseMs", options.leaseMs),
+      ttl: wholeMs(BACKEND, "ttlMs", options.ttlMs),
+      fingerprint: options.fingerprint ?? null,
+    };
+    for (let attempt = 1; attempt <= CLAIM_ATTEMPTS; attempt++) {
+      const { rows } = await this.#run("claim", key, this.#statements.claim, values);
+      const row = rows[0];
+      if (row === undefined) continue; // lost a first-insert race: the rerun reports the winner
+      try {
+        return this.#decodeClaim(key, options, row);
+      } catch (cause) {
+        throw sqlStorageError(BACKEND, "claim", key, cause);
+      }
+    }
+    throw new StorageError(`claim did not settle after ${CLAIM_ATTEMPTS} attempts`, {
+      backend: BACKEND,
+      operation: "claim",
+      key,
+    });
+  }
+
+  #decodeClaim(key: string, options: ClaimOptions, row: Record<string, unknown>): ClaimOutcome {
+    const fence = int(row.fence, "fence");
+    if (row.verdict === "won") {
+      const via = String(row.via);
+      if (!VIAS.has(via)) throw new Error(`unexpected claim via ${via}`);
+      const claim: Claim = {
+        key,
+        fence,
+        token: options.token,
+        leaseUntil: int(row.lease_until, "lease_until"),
+        ttlMs: options.ttlMs,
+        reclaimed: via === "lapsed" || via === "expired",
+      };
+      return { kind: "won", claim, via: via as ClaimVia };
+    }
+    if (row.verdict === "held") {
+      return {
+        kind: "held",
+        fence,
+        leaseUntil: int(row.lease_until, "lease_until"),
+        remainingMs: Math.max(0, int(row.remaining, "remaining")),
+        fingerprint: optionalText(row.fingerprint),
+      };
+    }
+    if (row.verdict === "done") {
+      return {
+        kind: "done",
+        fence,
+        fingerprint: optionalText(row.fingerprint),
+        result: optionalBytes(row.result),
+        completedAt: optionalInt(row.completed_at, "completed_at") ?? int(row.claimed_at, "claimed_at"),
+        expiresAt: int(row.expires_at, "expires_at"),
+      };
+    }
+    throw new Error(`unexpected claim verdict ${String(row.verdict)}`);
+  }
+
+  async #flag(
+    operation: string,
+    key: string,
+    statement: Compiled,
+    values: Record<string, unknown>,
+  ): Promise<boolean> {
+    const result = await this.#run(operation, key, statement, values);
+    const matched = result.rows[0]?.matched;
+    return (matched === undefined ? (result.rowCount ?? 0) : Number(matched)) > 0;
+  }
+
+  #notify(key: string): { channel: string; topic: string } {
+    return { channel: this.#channel, topic: topicOf(key) };
+  }
+
+  /** complete (`planComplete`): true when the fence matches a claimed record (now done) or a done one. */
+  complete(claim: Claim, options: CompleteOptions): Promise<boolean> {
+    const values = {
+      namespace: this.#namespace,
+      key: claim.key,
+      fence: claim.fence,
+      result: resultParam(options.result),
+      ttl: wholeMs(BACKEND, "ttlMs", options.ttlMs),
+    };
+    return this.#notifications === undefined
+      ? this.#flag("complete", claim.key, this.#statements.complete, values)
+      : this.#flag("complete", claim.key, this.#statements.completeNotify, {
+          ...values,
+          ...this.#notify(claim.key),
+        });
+  }
+
+  /** release (`planRelease`): on a matching claimed record, lease = now, fence + 1, token cleared. */
+  release(claim: Claim): Promise<boolean> {
+    const values = {
+      namespace: this.#namespace,
+      key: claim.key,
+      fence: claim.fence,
+      ttl: wholeMs(BACKEND, "ttlMs", claim.ttlMs),
+    };
+    return this.#notifications === undefined
+      ? this.#flag("release", claim.key, this.#statements.release, values)
+      : this.#flag("release", claim.key, this.#statements.releaseNotify, {
+          ...values,
+          ...this.#notify(claim.key),
+        });
+  }
+
+  /** renew (`planRenew`): on a matching claimed record, lease = now + leaseMs (database clock). */
+  renew(claim: Claim, leaseMs: number): Promise<boolean> {
+    return this.#flag("renew", claim.key, this.#statements.renew, {
+      namespace: this.#namespace,
+      key: claim.key,
+      fence: claim.fence,
+      lease: wholeMs(BACKEND, "leaseMs", leaseMs),
+      ttl: wholeMs(BACKEND, "ttlMs", claim.ttlMs),
+    });
+  }
+
+  /** The live record under `key`, judged by the database clock; expired and corrupt rows are absent. */
+  async get(key: string): Promise<StoredRecord | undefined> {
+    const { rows } = await this.#run("get", key, this.#statements.select, {
+      namespace: this.#namespace,
+      key,
+    });
+    const row = rows[0];
+    if (row === undefined) return undefined;
+    return visible(rowToObserved(row as RecordRow), int(row.now_ms, "now"));
+  }
+
+  /** Deletes the key's record outright (fence history included). */
+  async delete(key: string): Promise<boolean> {
+    const result = await this.#run("delete", key, this.#statements.remove, {
+      namespace: this.#namespace,
+      key,
+    });
+    return (result.rowCount ?? 0) > 0;
+  }
+
+  /** Deletes expired records of the whole table (every namespace), `purgeBatchSize` rows per statement. */
+  purgeExpired(): Promise<number> {
+    return purgeInBatches(
+      async (limit) =>
+        (await this.#run("purgeExpired", undefined, this.#statements.purge, { limit })).rowCount ?? 0,
+      this.#purgeBatch,
+    );
+  }
+
+  /**
+   * Resolves when `key`'s record is completed or released (a NOTIFY), when the listening connection
+   * drops, or after `timeoutMs` — the floor. Callers re-read either way.
+   */
+  waitForChange(key: string, timeoutMs: number, signal?: AbortSignal): Promise<void> {
+    if (this.#notifications !== undefined) {
+      return this.#notifications.wait(key, timeoutMs, signal, async () => snapshot(await this.get(key)));
+    }
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      const timer = setTimeout(done, Math.max(0, timeoutMs));
+      timer.unref?.();
+      signal?.addEventListener("abort", done, { once: true });
+    });
+  }
+
+  /** Wakes every waiter and closes the listening connection; the pool is the caller's and stays open. */
+  async close(): Promise<void> {
+    await this.#notifications?.close();
+  }
+}

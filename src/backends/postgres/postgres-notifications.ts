@@ -1,0 +1,166 @@
+/**
+ * Waits for PostgreSQL backends: one dedicated connection per backend LISTENs on the backend's
+ * channel; `complete` and `release` NOTIFY it (in their own statement, so a notification is sent
+ * exactly when the change commits) with a short hash of the key as payload. A waiter resolves on a
+ * notification for its key, when the listening connection drops (a notification may have been
+ * lost), or after its timeout at the latest — the backed-off re-read of the caller is the floor, so
+ * a lost notification costs latency, never a hang. A dropped connection is destroyed and the next
+ * wait builds a new one.
+ */
+import { createHash } from "node:crypto";
+import type { PgClientLike, PgNotificationLike, PgPoolLike } from "./postgres-client.js";
+
+/** The channel of one records table + namespace: an identifier, at most 63 characters. */
+export function channelName(scope: string): string {
+  return `oncely_${createHash("sha256").update(scope).digest("hex").slice(0, 24)}`;
+}
+
+/** The payload naming one key: short, and not the key itself (keys may be business data). */
+export function topicOf(key: string): string {
+  return createHash("sha256").update(key).digest("hex").slice(0, 16);
+}
+
+export class PgNotifications {
+  readonly #pool: PgPoolLike;
+  readonly #channel: string;
+  readonly #connectTimeoutMs: number;
+  readonly #waiters = new Map<string, Set<() => void>>();
+  #listener: Promise<PgClientLike> | undefined;
+  #listening = false;
+  #generation = 0;
+  /** Drops the current listening connection (set once it is checked out). */
+  #drop: ((error?: Error) => void) | undefined;
+  #closed = false;
+
+  constructor(pool: PgPoolLike, channel: string, connectTimeoutMs: number) {
+    this.#pool = pool;
+    this.#channel = channel;
+    this.#connectTimeoutMs = connectTimeoutMs;
+  }
+
+  /** Whether a listening connection is up right now (for tests and diagnostics). */
+  get listening(): boolean {
+    return this.#listening;
+  }
+
+  /**
+   * Resolves on a change to `key`, a dropped listener, `signal`, or after `timeoutMs`. While the
+   * listener is not yet up, a change could be missed: `snapshot` is read before and after it comes
+   * up, and a difference wakes the waiter.
+   */
+  wait(
+    key: string,
+    timeoutMs: number,
+    signal: AbortSignal | undefined,
+    snapshot: () => Promise<string>,
+  ): Promise<void> {
+    const topic = topicOf(key);
+    return new Promise<void>((resolve) => {
+      if (this.#closed || signal?.aborted) {
+        resolve();
+        return;
+      }
+      let set = this.#waiters.get(topic);
+      if (set === undefined) {
+        set = new Set();
+        this.#waiters.set(topic, set);
+      }
+      const waiters = set;
+      const done = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", done);
+        waiters.delete(done);
+        if (waiters.size === 0 && this.#waiters.get(topic) === waiters) this.#waiters.delete(topic);
+        resolve();
+      };
+      const timer = setTimeout(done, Math.max(0, timeoutMs));
+      timer.unref?.();
+      signal?.addEventListener("abort", done, { once: true });
+      waiters.add(done);
+      if (this.#listening) return;
+      const before = snapshot().catch(() => undefined);
+      this.#ensure()
+        .then(async () => {
+          const [then, now] = await Promise.all([before, snapshot()]);
+          if (then !== now && waiters.has(done)) done();
+        })
+        .catch(() => {
+          // no listener: the timer is the polling floor
+        });
+    });
+  }
+
+  #ensure(): Promise<PgClientLike> {
+    if (this.#closed) return Promise.reject(new Error("backend closed"));
+    if (this.#listener === undefined) {
+      const generation = ++this.#generation;
+      const attempt = this.#connect(generation);
+      this.#listener = attempt;
+      attempt.catch(() => {
+        if (this.#generation === generation) this.#listener = undefined;
+      });
+    }
+    return this.#listener;
+  }
+
+  /** Checks out the listening connection; any error or end on it drops it and wakes every waiter. */
+  async #connect(generation: number): Promise<PgClientLike> {
+    let client: PgClientLike | undefined;
+    const onNotification = (message: PgNotificationLike) => {
+      if (message.channel === this.#channel && message.payload !== undefined) this.#wake(message.payload);
+    };
+    const drop = (error?: Error) => {
+      const c = client;
+      if (c === undefined) return;
+      client = undefined;
+      c.removeListener("notification", onNotification);
+      if (this.#generation === generation) {
+        this.#listener = undefined;
+        this.#listening = false;
+      }
+      c.release(error ?? new Error("listener connection ended"));
+      this.#wakeAll();
+    };
+    const timer = setTimeout(() => drop(new Error("LISTEN did not answer in time")), this.#connectTimeoutMs);
+    timer.unref?.();
+    try {
+      const c = await this.#pool.connect();
+      client = c;
+      c.on("error", (error) => drop(error));
+      c.on("end", () => drop());
+      c.on("notification", onNotification);
+      this.#drop = drop;
+      await c.query({ text: `LISTEN "${this.#channel}"` });
+      if (client === undefined) throw new Error("the listener connection dropped");
+      if (this.#closed) throw new Error("backend closed");
+      this.#listening = this.#generation === generation;
+      return c;
+    } catch (error) {
+      drop(error instanceof Error ? error : new Error(String(error)));
+      throw error;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  #wake(topic: string): void {
+    const waiters = this.#waiters.get(topic);
+    if (waiters !== undefined) for (const wake of [...waiters]) wake();
+  }
+
+  #wakeAll(): void {
+    for (const topic of [...this.#waiters.keys()]) this.#wake(topic);
+  }
+
+  /** Wakes every waiter and destroys the listening connection. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    const listener = this.#listener;
+    await listener?.catch(() => {});
+    this.#drop?.(new Error("backend closed"));
+    this.#drop = undefined;
+    this.#listener = undefined;
+    this.#listening = false;
+    this.#wakeAll();
+  }
+}

@@ -1,0 +1,34 @@
+/**
+ * `purgeExpired()` for the SQL stores: expired rows are deleted in batches of a bounded size, each
+ * its own statement, so a purge of millions of rows never holds one long lock or one huge
+ * transaction, and claims interleave with it.
+ */
+import { ConfigurationError } from "../../core/errors.js";
+
+/** @default 1_000 */
+export const DEFAULT_PURGE_BATCH = 1_000;
+
+/** Checks a `purgeBatchSize` option. */
+export function purgeBatchSize(backend: string, value: number | undefined): number {
+  const size = value ?? DEFAULT_PURGE_BATCH;
+  if (!Number.isSafeInteger(size) || size < 1 || size > 100_000) {
+    throw new ConfigurationError(`purgeBatchSize must be an integer in 1…100000, got ${value}`, { backend });
+  }
+  return size;
+}
+
+/**
+ * Calls `deleteBatch(limit)` until a batch deletes fewer than `limit` rows; returns the total. A
+ * batch must delete only rows that are expired when it runs (re-checked on the row it deletes).
+ */
+export async function purgeInBatches(
+  deleteBatch: (limit: number) => Promise<number>,
+  limit: number,
+): Promise<number> {
+  let total = 0;
+  for (;;) {
+    const deleted = await deleteBatch(limit);
+    total += deleted;
+    if (deleted < limit) return total;
+  }
+}

@@ -1,0 +1,61 @@
+/**
+ * The transition statements every SQL store shares. Each is one UPDATE that decides on the row it
+ * locks (never on a value read earlier), with "now" from the dialect's clock expression, and each
+ * names the planner of `src/core/transitions.ts` it mirrors, keeping its order of checks. Claims
+ * differ per store (PostgreSQL decides in one statement, MySQL and SQLite run `planClaim`), so they
+ * live with their dialects.
+ */
+import { columnList, READ_COLUMNS } from "./columns.js";
+import { type Compiled, compile, type SqlDialect } from "./dialect.js";
+
+export interface SharedStatements {
+  /** The row under (namespace, key) and the clock's now (`now_ms`). */
+  readonly select: Compiled<"namespace" | "key">;
+  readonly complete: Compiled<"namespace" | "key" | "fence" | "result" | "ttl">;
+  readonly release: Compiled<"namespace" | "key" | "fence" | "ttl">;
+  readonly renew: Compiled<"namespace" | "key" | "fence" | "lease" | "ttl">;
+  readonly remove: Compiled<"namespace" | "key">;
+}
+
+/** The statements' sources, with `:name` markers, for a dialect that wraps one (PostgreSQL's NOTIFY). */
+export type SharedSources = { readonly [K in keyof SharedStatements]: string };
+
+/** The shared statements on `table` (already validated, quoted and qualified). */
+export function sharedStatements(dialect: SqlDialect, table: string): SharedStatements {
+  const sources = sharedSources(dialect, table);
+  return {
+    select: compile(dialect, sources.select),
+    complete: compile(dialect, sources.complete),
+    release: compile(dialect, sources.release),
+    renew: compile(dialect, sources.renew),
+    remove: compile(dialect, sources.remove),
+  };
+}
+
+export function sharedSources(dialect: SqlDialect, table: string): SharedSources {
+  const key = dialect.quote("key");
+  const now = dialect.nowMs;
+  const row = `namespace = :namespace AND ${key} = :key`;
+  return {
+    select: `SELECT ${columnList(dialect.quote, READ_COLUMNS)}, ${now} AS now_ms FROM ${table} WHERE ${row}`,
+    // mirrors planComplete: absent, corrupt or another fence → no row matches (false); done with this
+    // fence → the row matches and keeps its values (true: a retried complete whose answer was lost);
+    // claimed with this fence → done, no lease check. `state` is assigned last: MySQL evaluates SET
+    // left to right, so the CASEs must still see the old state.
+    complete: `UPDATE ${table} SET
+         result = CASE WHEN state = 'claimed' THEN :result ELSE result END,
+         completed_at = CASE WHEN state = 'claimed' THEN ${now} ELSE completed_at END,
+         expires_at = CASE WHEN state = 'claimed' THEN ${now} + :ttl ELSE expires_at END,
+         state = 'done'
+       WHERE ${row} AND fence = :fence AND state IN ('claimed', 'done')`,
+    // mirrors planRelease: only a claimed row with this fence; lease = now, fence + 1, token cleared,
+    // retained ttl from now. Never deletes.
+    release: `UPDATE ${table} SET fence = fence + 1, token = '', lease_until = ${now}, expires_at = ${now} + :ttl
+       WHERE ${row} AND fence = :fence AND state = 'claimed'`,
+    // mirrors planRenew: only a claimed row with this fence (no lease check: ownership is the fence);
+    // lease = now + leaseMs, retained ttl beyond it.
+    renew: `UPDATE ${table} SET lease_until = ${now} + :lease, expires_at = ${now} + :lease + :ttl
+       WHERE ${row} AND fence = :fence AND state = 'claimed'`,
+    remove: `DELETE FROM ${table} WHERE ${row}`,
+  };
+}
