@@ -3,8 +3,8 @@
  * is the hidden entry the demo forks its worker processes with.
  */
 import { fileURLToPath } from "node:url";
+import { checkBackendUrl, describeBackends } from "../registry/index.js";
 import { integerOption, parseOptions, requiredOption, UsageError } from "./args.js";
-import { parseBackendUrl } from "./demo/backend-url.js";
 import type { KeyBy } from "./demo/handler.js";
 import { runDemo } from "./demo/run-demo.js";
 import { runWorker } from "./demo/worker.js";
@@ -25,7 +25,7 @@ Options for demo:
   --workers N      worker processes (1-32)                             [default: 4]
   --seed N         seed of the injected faults (same seed, same plan)  [default: 1]
   --lease-ms N     lock lease; a killed holder's key frees after it    [default: 1500]
-  --backend URL    the guard's store: sqlite:<path> or redis://host:port
+  --backend URL    the guard's store, one of the URLs below
                    (the keyed sink stays in SQLite)                    [default: embedded SQLite]
   --key K          what the guard keys on: orderId (the business key
                    attribute) or messageId (Pub/Sub's default, which a
@@ -33,6 +33,11 @@ Options for demo:
                    verdict then fails, by design)                      [default: orderId]
   --keep           keep the temp directory with the SQLite files
   --help           show this help
+
+Backend URLs:
+${describeBackends()
+  .map((line) => `  ${line}`)
+  .join("\n")}
 `;
 
 function keyOption(options: ReturnType<typeof parseOptions>): KeyBy {
@@ -62,7 +67,7 @@ async function main(argv: readonly string[]): Promise<number> {
     const backend = options.get("backend");
     if (typeof backend === "string") {
       try {
-        parseBackendUrl(backend, "");
+        checkBackendUrl(backend);
       } catch (error) {
         throw new UsageError(
           error instanceof Error ? error.message.replace(/^\[oncely\] /, "") : String(error),

@@ -1,6 +1,6 @@
 /**
- * The Pub/Sub scenarios of issue 3, written once and run per backend: each `*.test.ts` next to this
- * file hands `pubsubScenarios` a `ScenarioBackend` factory. Deliveries come from Google's real Pub/Sub
+ * The Pub/Sub scenarios of issue 3, written once and run per backend: the `*.test.ts` files next to
+ * this one hand `pubsubScenarios` each subject of `test/support/subjects.ts`. Deliveries come from Google's real Pub/Sub
  * emulator where it can produce them (publish, push, redelivery on failure, two subscriptions,
  * republish), and from the `PushSimulator` where a test needs a fault on demand (exactly-timed
  * concurrent duplicates, contention storms). The handler is always served by the real
@@ -15,15 +15,9 @@ import type { Logger } from "../../src/core/events.js";
 import { idempotent } from "../../src/pubsub/index.js";
 import { PushFormat, PushSimulator } from "../../src/testing/index.js";
 import { type PubSubEmulator, startPubSubEmulator } from "../support/pubsub-emulator.js";
-import {
-  gate,
-  type ScenarioBackend,
-  type ServedEndpoint,
-  Sink,
-  serveGuarded,
-  waitUntil,
-} from "../support/pubsub-harness.js";
+import { gate, type ServedEndpoint, Sink, serveGuarded, waitUntil } from "../support/pubsub-harness.js";
 import { runCrashStorm } from "../support/pubsub-storm.js";
+import type { Subject } from "../support/subjects.js";
 
 interface Order {
   readonly orderId: number;
@@ -43,7 +37,7 @@ const statusesOf = (endpoint: ServedEndpoint, messageId: string) =>
   endpoint.deliveries.filter((d) => d.messageId === messageId).map((d) => d.status);
 
 /** Registers the scenario tests for one backend. */
-export function pubsubScenarios(backend: ScenarioBackend): void {
+export function pubsubScenarios(backend: Subject): void {
   describe(`Pub/Sub end to end on ${backend.name}`, () => {
     let emulator: PubSubEmulator;
     const endpoints: ServedEndpoint[] = [];
@@ -355,12 +349,14 @@ export function pubsubScenarios(backend: ScenarioBackend): void {
 }
 
 /** The crash storm for one backend: 4 worker processes on the built package, 1,000 messages, SIGKILLs. */
-export function crashStormScenario(backend: ScenarioBackend): void {
-  describe(`Pub/Sub crash storm on ${backend.name}`, () => {
+export function crashStormScenario(backend: Subject): void {
+  const applies = backend.capabilities.multiProcess;
+  const title = `Pub/Sub crash storm on ${backend.name}`;
+  describe.skipIf(!applies)(applies ? title : `${title} (skipped: the backend is single-process)`, () => {
     it("crash storm: 4 workers, 1,000 messages delivered 2-3 times, SIGKILLs mid-work — every message reaches the sink exactly once", async () => {
       const dir = mkdtempSync(join(tmpdir(), `oncely-storm-${backend.name}-`));
       try {
-        const { store, namespace, inspect } = await backend.storm("storm");
+        const { url: store, namespace, backend: inspect } = await backend.fresh("storm");
         const leaseMs = 2_000;
         const report = await runCrashStorm({
           store,

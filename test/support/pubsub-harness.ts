@@ -7,27 +7,6 @@ import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import * as functions from "@google-cloud/functions-framework";
 import { getTestServer } from "@google-cloud/functions-framework/testing";
-import type { Backend } from "../../src/core/types.js";
-
-/**
- * Builds the backend a scenario runs on. Every call returns a backend on a fresh, empty store (or an
- * isolated namespace of one); `label` names the scenario, for file names and namespaces.
- */
-export interface ScenarioBackend {
-  /** Used in test names: `sqlite`, `redis`, … */
-  readonly name: string;
-  create(label: string): Backend | Promise<Backend>;
-  /**
-   * Where crash-storm workers (separate processes running the built package) keep their records:
-   * `store` is `sqlite:<file>` or a `redis://` URL; `inspect` is a backend on the same store and
-   * namespace for the test to read records with.
-   */
-  storm(
-    label: string,
-  ):
-    | { store: string; namespace: string; inspect: Backend }
-    | Promise<{ store: string; namespace: string; inspect: Backend }>;
-}
 
 /** One push delivery the endpoint answered. */
 export interface ServedDelivery {

@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { RecordState } from "../../core/types.js";
-import { type BackendSpec, type OpenedBackend, openBackend, parseBackendUrl } from "./backend-url.js";
+import { checkBackendUrl, type OpenedBackend, openBackend } from "../../registry/index.js";
 import type { Dispatch, DispatchReport } from "./dispatch.js";
 import type { KeyBy } from "./handler.js";
 import { planDemo } from "./plan.js";
@@ -73,16 +73,19 @@ export function subscriptionBackoff(leaseMs: number): { minMs: number; maxMs: nu
   return { minMs: 20, maxMs: Math.max(500, Math.ceil(leaseMs / 3)) };
 }
 
-/** The URL workers are given for `spec` (always explicit: they must open the very same store). */
-function workerUrl(spec: BackendSpec): string {
-  return spec.kind === "sqlite" ? `sqlite:${spec.file}` : spec.url;
-}
-
 /** Runs the demo; resolves to the exit code (0 pass, 1 a missing or doubled side effect or a dead letter). */
 export async function runDemo(options: DemoOptions): Promise<number> {
   const { out } = options;
   const dir = mkdtempSync(join(tmpdir(), "oncely-demo-"));
-  const spec = parseBackendUrlOrClean(options.backend, join(dir, "records.sqlite"), dir);
+  // Workers are always given the URL explicitly (the embedded file too): they must open the very same store.
+  const embedded = options.backend === undefined;
+  const url = options.backend ?? `sqlite:${join(dir, "records.sqlite")}`;
+  try {
+    checkBackendUrl(url);
+  } catch (error) {
+    rmSync(dir, { recursive: true, force: true });
+    throw error;
+  }
   // Each run keys its records under its own namespace: a store shared with earlier runs never answers for this one.
   const namespace = `oncely-demo-${Date.now().toString(36)}-${process.pid}`;
   const sinkFile = join(dir, "sink.sqlite");
@@ -96,7 +99,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
   }
   try {
     // Opening here also creates the SQLite table before the workers race to, and fails fast on a bad URL.
-    opened = await openBackend(spec, namespace);
+    opened = await openBackend(url, { namespace });
   } catch (error) {
     sink.close();
     rmSync(dir, { recursive: true, force: true });
@@ -130,7 +133,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
       maxDeliveryAttempts: MAX_DELIVERY_ATTEMPTS,
       backoff,
       entry: options.entry,
-      workerArgs: workerArgs(workerUrl(spec), namespace, options.keyBy, sinkFile, options.leaseMs),
+      workerArgs: workerArgs(url, namespace, options.keyBy, sinkFile, options.leaseMs),
       workers: options.workers,
       sink,
       // Two minutes, plus room for big runs.
@@ -176,21 +179,12 @@ export async function runDemo(options: DemoOptions): Promise<number> {
   } finally {
     process.off("SIGINT", interrupt);
     sink.close();
-    if (spec.kind !== "sqlite" || !spec.embedded) {
+    if (!embedded) {
       // Leave nothing behind on a shared store.
       for (const message of plan.messages) await backend.delete?.(message.key).catch(() => false);
     }
     await opened.close();
     if (options.keep) out.write(`kept ${dir}\n`);
     else rmSync(dir, { recursive: true, force: true });
-  }
-}
-
-function parseBackendUrlOrClean(raw: string | undefined, embeddedFile: string, dir: string): BackendSpec {
-  try {
-    return parseBackendUrl(raw, embeddedFile);
-  } catch (error) {
-    rmSync(dir, { recursive: true, force: true });
-    throw error;
   }
 }

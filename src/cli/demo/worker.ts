@@ -7,7 +7,7 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { StorageError } from "../../core/errors.js";
 import type { Logger } from "../../core/events.js";
-import { openBackend, parseBackendUrl } from "./backend-url.js";
+import { openBackend } from "../../registry/index.js";
 import { createGuardedHandler, InjectedFault, type KeyBy } from "./handler.js";
 import type { FromWorker } from "./protocol.js";
 import { Sink } from "./sink.js";
@@ -41,8 +41,7 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
       send({ type: "log", level, message: message ?? "", cause: causeOf(fields.error) });
   const logger: Logger = { warn: forward("warn"), error: forward("error") };
   // The coordinator always names the store (the embedded file too): no default applies here.
-  const spec = parseBackendUrl(options.backend, "");
-  const opened = await openBackend(spec, options.namespace);
+  const opened = await openBackend(options.backend, { namespace: options.namespace });
   const sink = await Sink.open(options.sinkFile);
   const handle = createGuardedHandler({
     backend: opened.backend,

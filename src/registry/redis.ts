@@ -1,0 +1,77 @@
+/**
+ * `redis://[user:password@]host:port[/db]` and `rediss://…` (TLS): the Redis backend on an ioredis
+ * client the entry creates and closes. Needs ioredis.
+ */
+import { ConfigurationError } from "../core/errors.js";
+import { connectTimeout, loadDriver, parseUrl, reachWithin, redactUrl } from "./support.js";
+import type { RegistryEntry } from "./types.js";
+
+/** The subset of an ioredis client the entry itself uses (the backend takes the whole client). */
+interface IoredisClient {
+  ping(): Promise<string>;
+  quit(): Promise<unknown>;
+  disconnect(): void;
+  on(event: "error", listener: (error: Error) => void): unknown;
+}
+
+type IoredisConstructor = new (url: string, options: Record<string, unknown>) => IoredisClient;
+
+function checkRedisUrl(raw: string): void {
+  const url = parseUrl("redis", raw, "redis://host:port[/db]");
+  if (url.protocol !== "redis:" && url.protocol !== "rediss:") {
+    throw new ConfigurationError(`expected redis:// or rediss://, got ${url.protocol}`, { backend: "redis" });
+  }
+  if (url.hostname === "") {
+    throw new ConfigurationError(`${redactUrl(raw)}: ${url.protocol}// needs a host`, { backend: "redis" });
+  }
+  if (url.pathname !== "" && url.pathname !== "/" && !/^\/\d{1,2}$/.test(url.pathname)) {
+    throw new ConfigurationError(`${redactUrl(raw)}: the path must be a database number, e.g. /0`, {
+      backend: "redis",
+    });
+  }
+}
+
+export const redis: RegistryEntry = {
+  name: "redis",
+  schemes: ["redis:", "rediss:"],
+  describe: "redis://host:port[/db]  Redis, rediss:// for TLS (npm i ioredis)",
+  check: checkRedisUrl,
+  async open(url, options) {
+    checkRedisUrl(url);
+    const timeoutMs = connectTimeout("redis", options.connectTimeoutMs);
+    const loaded = await loadDriver(
+      "redis",
+      new URL(url).protocol,
+      "ioredis",
+      () => import("ioredis") as Promise<{ Redis?: unknown; default?: unknown }>,
+    );
+    const Redis = (loaded.Redis ?? loaded.default) as IoredisConstructor;
+    const { RedisBackend } = await import("../backends/redis/index.js");
+    const client = new Redis(url, { connectTimeout: timeoutMs, maxRetriesPerRequest: 3, lazyConnect: false });
+    let lastError: Error | undefined;
+    client.on("error", (error) => {
+      lastError = error;
+    });
+    try {
+      await reachWithin(
+        "redis",
+        `connect to ${redactUrl(url)}`,
+        timeoutMs,
+        () => client.ping(),
+        () => lastError,
+      );
+    } catch (error) {
+      client.disconnect();
+      throw error;
+    }
+    const backend = new RedisBackend({ client: client as never, namespace: options.namespace });
+    return {
+      backend,
+      label: `Redis ${redactUrl(url)}`,
+      close: async () => {
+        await backend.close().catch(() => {});
+        await client.quit().catch(() => client.disconnect());
+      },
+    };
+  },
+};

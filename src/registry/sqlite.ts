@@ -1,0 +1,42 @@
+/**
+ * `sqlite:<path>` (also `sqlite:///abs/path`): the embedded SQLite backend on a file of this host,
+ * created on first use. Needs better-sqlite3.
+ */
+import { resolve } from "node:path";
+import { ConfigurationError } from "../core/errors.js";
+import { connectTimeout, loadDriver, reachWithin } from "./support.js";
+import type { RegistryEntry } from "./types.js";
+
+/** The file a `sqlite:` URL names, resolved against the working directory. */
+export function sqliteFile(url: string): string {
+  if (!url.startsWith("sqlite:")) {
+    throw new ConfigurationError(`expected sqlite:<path>, got ${JSON.stringify(url)}`, { backend: "sqlite" });
+  }
+  const path = url.slice("sqlite:".length).replace(/^\/\/(?=\/)/, "");
+  if (path === "")
+    throw new ConfigurationError(`${url}: sqlite:<path> needs a file path`, { backend: "sqlite" });
+  return resolve(path);
+}
+
+export const sqlite: RegistryEntry = {
+  name: "sqlite",
+  schemes: ["sqlite:"],
+  describe: "sqlite:<path>  a SQLite file on this host (npm i better-sqlite3)",
+  check: (url) => void sqliteFile(url),
+  async open(url, options) {
+    const file = sqliteFile(url);
+    const timeoutMs = connectTimeout("sqlite", options.connectTimeoutMs);
+    // The backend loads better-sqlite3 itself; load it here first so a missing driver names the package.
+    await loadDriver("sqlite", "sqlite:", "better-sqlite3", () => import("better-sqlite3"));
+    const { SqliteBackend } = await import("../backends/sqlite/index.js");
+    const backend = new SqliteBackend({ database: file, namespace: options.namespace });
+    // The first read opens the file and creates the table: a path that cannot be written fails here.
+    await reachWithin("sqlite", `open ${file}`, timeoutMs, () => backend.get("oncely-registry-probe")).catch(
+      async (error: unknown) => {
+        await backend.close().catch(() => {});
+        throw error;
+      },
+    );
+    return { backend, label: `SQLite ${file}`, close: () => backend.close().catch(() => {}) };
+  },
+};

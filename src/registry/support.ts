@@ -1,0 +1,81 @@
+/** Helpers every registry entry shares: lazy driver loading, a bounded connect, URL redaction. */
+import { ConfigurationError, storageError } from "../core/errors.js";
+
+/** The default of `OpenOptions.connectTimeoutMs`. */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 3_000;
+
+/**
+ * Loads an optional peer dependency. A driver that is not installed is a `ConfigurationError` that
+ * names the package to install, never a bare `ERR_MODULE_NOT_FOUND`.
+ */
+export async function loadDriver<T>(
+  backend: string,
+  scheme: string,
+  packageName: string,
+  load: () => Promise<T>,
+): Promise<T> {
+  try {
+    return await load();
+  } catch (cause) {
+    throw new ConfigurationError(
+      `${scheme}// needs the npm package ${packageName} (npm i ${packageName}), which could not be loaded`,
+      { backend, cause },
+    );
+  }
+}
+
+/**
+ * Runs `probe` (the first round trip to the store) with a deadline: a store that does not answer in
+ * `timeoutMs` is a `StorageError` for `what`. `lastError` is consulted for a better cause (a socket's
+ * ECONNREFUSED says more than the command's timeout).
+ */
+export async function reachWithin(
+  backend: string,
+  what: string,
+  timeoutMs: number,
+  probe: () => Promise<unknown>,
+  lastError: () => unknown = () => undefined,
+): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    await Promise.race([
+      probe(),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+      }),
+    ]);
+  } catch (cause) {
+    throw storageError(backend, what, undefined, lastError() ?? cause);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Reads `connectTimeoutMs`, refusing values that cannot bound anything. */
+export function connectTimeout(backend: string, value: number | undefined): number {
+  const ms = value ?? DEFAULT_CONNECT_TIMEOUT_MS;
+  if (!Number.isSafeInteger(ms) || ms < 1) {
+    throw new ConfigurationError(`connectTimeoutMs must be a positive integer, got ${ms}`, { backend });
+  }
+  return ms;
+}
+
+/** The URL without its password, for labels and messages. */
+export function redactUrl(raw: string): string {
+  try {
+    const url = new URL(raw);
+    if (url.password !== "") url.password = "***";
+    return url.toString();
+  } catch {
+    return raw;
+  }
+}
+
+/** Parses a URL of one of `schemes`, or throws a `ConfigurationError` naming `backend`. */
+export function parseUrl(backend: string, raw: string, example: string): URL {
+  try {
+    return new URL(raw);
+  } catch {
+    throw new ConfigurationError(`${JSON.stringify(raw)} is not a URL; expected ${example}`, { backend });
+  }
+}

@@ -1,5 +1,0 @@
-// The crash storm (4 workers, 1,000 messages, SIGKILLs) on redis.
-import { redisSubject } from "../support/pubsub-backends.js";
-import { crashStormScenario } from "./scenarios.js";
-
-crashStormScenario(redisSubject());
