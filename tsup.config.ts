@@ -8,6 +8,7 @@ export default defineConfig([
       redis: "src/backends/redis/index.ts",
       pubsub: "src/pubsub/index.ts",
       testing: "src/testing/index.ts",
+      dynamodb: "src/backends/dynamodb/index.ts",
       postgres: "src/postgres.ts",
     },
     format: ["esm", "cjs"],
