@@ -16,9 +16,10 @@
  *
  * Timeline of two deliveries of one key:
  * ```
- *  A: BEGIN ─ INSERT row (uncommitted) ─ business writes ─ UPDATE row.response ─ COMMIT
- *  B:          BEGIN ─ INSERT row … waits ………………………………………………………………………… sees A's row → replay
- *                                  (had A rolled back, B's insert proceeds and B runs the work)
+ *  A: SELECT (no row) ─ BEGIN ─ INSERT row (uncommitted) ─ business writes ─ UPDATE row.response ─ COMMIT
+ *  B:        SELECT (no row) ─ BEGIN ─ INSERT row … waits ……………………………………………………… conflict → SELECT → replay
+ *                                         (had A rolled back, B's insert proceeds and B runs the work)
+ *  C: (after A's COMMIT) SELECT finds A's row → replay: no transaction, no lock, nothing written
  * ```
  * The price: a waiting duplicate holds a pool connection while it waits (bound it with `waitMs`),
  * and the business writes run at READ COMMITTED.
@@ -238,7 +239,7 @@ async function reserveOn<C extends ReservationClientLike, R extends ReservationJ
   }
   const claimed = await claim(connection, table, call);
   if (claimed.kind === "found") {
-    await connection.rollback();
+    if (claimed.open) await connection.rollback();
     if (!claimed.same) {
       throw new ConflictError("the key was first used with a different payload; nothing is replayed", {
         backend: BACKEND,
@@ -273,7 +274,10 @@ async function reserveOn<C extends ReservationClientLike, R extends ReservationJ
   return { replayed: false, response: response as R };
 }
 
-type Claimed = { kind: "won" } | { kind: "found"; same: boolean; response: unknown };
+type Claimed =
+  | { readonly kind: "won" }
+  | { readonly kind: "found"; readonly same: boolean; readonly response: unknown; readonly open: boolean };
+type Found = { same: boolean; response: unknown } | undefined;
 
 async function claim<C extends ReservationClientLike>(
   connection: Connection<C>,
@@ -282,6 +286,19 @@ async function claim<C extends ReservationClientLike>(
 ): Promise<Claimed> {
   const { client, key } = connection;
   const values = [call.scope, call.key, call.payloadHash];
+  const lookup = async (): Promise<Found> =>
+    ((await client.query(table.lookup, values)) as ReservationQueryResult).rows[0] as Found;
+  // a committed record replays without a transaction: one read, no lock, nothing written
+  let found: Found;
+  try {
+    found = await lookup();
+  } catch (error) {
+    connection.fault(error);
+    throw claimError(error, table, call);
+  }
+  if (found !== undefined)
+    return { kind: "found", same: found.same === true, response: found.response, open: false };
+
   let previousTimeout: string | undefined;
   try {
     if (call.waitMs === undefined) {
@@ -297,43 +314,48 @@ async function claim<C extends ReservationClientLike>(
     throw storageError(BACKEND, "begin", key, error);
   }
   try {
-    const result = (await client.query(table.claim, [...values, call.ttlSeconds])) as ReservationQueryResult;
-    let row = result.rows[0] as { won: boolean; same: boolean | null; response: unknown } | undefined;
-    if (row === undefined) {
-      // the claim waited for a holder that committed after this statement's snapshot: read it anew
-      const reread = (await client.query(table.reread, values)) as ReservationQueryResult;
-      row = reread.rows[0] as typeof row;
-      if (row === undefined) throw new Error("the reserved row vanished while locked");
+    const withTtl = [...values, call.ttlSeconds];
+    // a purge racing the claim can delete the row between two statements: a few rounds settle it
+    for (let round = 0; round < 3; round++) {
+      const won =
+        ((await client.query(table.claim, withTtl)) as ReservationQueryResult).rowCount === 1 ||
+        ((await client.query(table.takeover, withTtl)) as ReservationQueryResult).rowCount === 1;
+      if (won) {
+        // the business writes run under the session's own lock_timeout, not the wait bound
+        if (previousTimeout !== undefined) {
+          await client.query("SELECT set_config('lock_timeout', $1, true)", [previousTimeout]);
+        }
+        return { kind: "won" };
+      }
+      // the key is live: committed by a holder this claim waited for, or since the first lookup
+      found = await lookup();
+      if (found !== undefined)
+        return { kind: "found", same: found.same === true, response: found.response, open: true };
     }
-    if (previousTimeout !== undefined && row.won === true) {
-      // the business writes run under the session's own lock_timeout, not the wait bound
-      await client.query("SELECT set_config('lock_timeout', $1, true)", [previousTimeout]);
-    }
-    return row.won === true
-      ? { kind: "won" }
-      : { kind: "found", same: row.same === true, response: row.response };
+    throw new Error("the key's row kept changing under the claim");
   } catch (error) {
     await connection.rollback();
-    const state = sqlState(error);
-    if (state === "42P01") {
-      throw new ConfigurationError(
-        `table ${table.name} does not exist: run migrateReservations(pool, { table: "${table.name}" }) first`,
-        { backend: BACKEND, key, cause: error },
-      );
-    }
-    if (state === "55P03") {
-      throw new InProgressError(
-        `a concurrent reservation of the key still runs after waitMs=${call.waitMs}`,
-        {
-          backend: BACKEND,
-          key,
-          retryAfterMs: call.waitMs ?? 1_000,
-        },
-      );
-    }
     connection.fault(error);
-    throw storageError(BACKEND, "claim", key, error);
+    throw claimError(error, table, call);
   }
+}
+
+function claimError(error: unknown, table: ReservationTable, call: Call): OncelyError {
+  const state = sqlState(error);
+  if (state === "42P01") {
+    return new ConfigurationError(
+      `table ${table.name} does not exist: run migrateReservations(pool, { table: "${table.name}" }) first`,
+      { backend: BACKEND, key: call.key, cause: error },
+    );
+  }
+  if (state === "55P03") {
+    return new InProgressError(`a concurrent reservation of the key still runs after waitMs=${call.waitMs}`, {
+      backend: BACKEND,
+      key: call.key,
+      retryAfterMs: call.waitMs ?? 1_000,
+    });
+  }
+  return storageError(BACKEND, "claim", call.key, error);
 }
 
 async function commit<C extends ReservationClientLike>(

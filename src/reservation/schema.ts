@@ -17,8 +17,9 @@ export const DEFAULT_RESERVATION_TABLE = "oncely_reservations";
 export interface ReservationTable {
   /** As given: `name` or `schema.name`. */
   readonly name: string;
+  readonly lookup: string;
   readonly claim: string;
-  readonly reread: string;
+  readonly takeover: string;
   readonly record: string;
   readonly purge: string;
   readonly migrate: string;
@@ -55,29 +56,22 @@ export function reservationTable(name: string = DEFAULT_RESERVATION_TABLE): Rese
 function build(name: string, t: string, check: string, base: string): ReservationTable {
   return {
     name,
-    // One statement decides the miss and, in the common case, reports the hit. An absent key (or an
-    // expired record, or a committed record without a response) is inserted/taken over: the new row
-    // stays uncommitted, so every concurrent claim of the key blocks on it until this transaction
-    // ends. A live record is left untouched but locked (ON CONFLICT locks the row it conflicts with),
-    // and read by the second SELECT. That SELECT shares the statement's snapshot: when the claim had
-    // to wait for a holder that committed meanwhile, the row is newer than the snapshot and the
-    // caller re-reads it with `reread` (a new statement, a new snapshot, the row still locked).
-    claim: `WITH claim AS (
-  INSERT INTO ${t} AS r (scope, key, payload_hash, response, reserved_at, expires_at)
+    // A committed, live record: a replay (or a conflict) decided by one plain read, outside any
+    // transaction, locking nothing. Rows still being written by another transaction are invisible here:
+    // the claim below meets them.
+    lookup: `SELECT payload_hash = $3 AS same, CASE WHEN payload_hash = $3 THEN response END AS response
+  FROM ${t} WHERE scope = $1 AND key = $2 AND expires_at > now() AND response IS NOT NULL`,
+    // The miss. The new row stays uncommitted until this transaction ends, so every concurrent claim
+    // of the key blocks on it right here, then finds a committed row (DO NOTHING) or none (its own
+    // insert proceeds): the row is the lock.
+    claim: `INSERT INTO ${t} (scope, key, payload_hash, response, reserved_at, expires_at)
   VALUES ($1, $2, $3, NULL, now(), now() + $4::integer * interval '1 second')
-  ON CONFLICT (scope, key) DO UPDATE
-    SET payload_hash = excluded.payload_hash, response = NULL,
-        reserved_at = excluded.reserved_at, expires_at = excluded.expires_at
-    WHERE r.expires_at <= now() OR r.response IS NULL
-  RETURNING 1
-)
-SELECT true AS won, NULL::boolean AS same, NULL::json AS response FROM claim
-UNION ALL
-SELECT false, r.payload_hash = $3, CASE WHEN r.payload_hash = $3 THEN r.response END
-  FROM ${t} AS r
- WHERE r.scope = $1 AND r.key = $2 AND NOT EXISTS (SELECT 1 FROM claim)`,
-    reread: `SELECT payload_hash = $3 AS same, CASE WHEN payload_hash = $3 THEN response END AS response
-  FROM ${t} WHERE scope = $1 AND key = $2`,
+  ON CONFLICT (scope, key) DO NOTHING RETURNING true AS won`,
+    // After DO NOTHING: take over an expired row (or one committed without a response); concurrent
+    // takers queue on its row lock and the later ones find it live (0 rows) and look it up instead.
+    takeover: `UPDATE ${t} SET payload_hash = $3, response = NULL, reserved_at = now(),
+       expires_at = now() + $4::integer * interval '1 second'
+ WHERE scope = $1 AND key = $2 AND (expires_at <= now() OR response IS NULL) RETURNING true AS won`,
     // Only the row this transaction reserved, only once: a second write finds a response already.
     record: `UPDATE ${t} SET response = $3::json WHERE scope = $1 AND key = $2 AND response IS NULL`,
     purge: `DELETE FROM ${t} WHERE ctid IN (
