@@ -28,6 +28,8 @@ export interface ExtrasSubject {
     contention?: ContentionRetryOptions;
     logger?: Logger;
   }): Backend;
+  /** Backend instances, each on its own client, raced at once on one key (small: emulators are slow). */
+  readonly raceSize: number;
   /** The emulator's port (the proxy forwards to it). */
   port(): number;
   /** Writes, directly in the store, a record under `key`'s document whose stored key is `storedKey`. */
@@ -265,14 +267,32 @@ export function documentBackendExtras(subject: ExtrasSubject): void {
       expect((await backend.get(key))?.claimedAt).toBe(clock.now());
     });
 
+    it(`${subject.raceSize} instances on their own clients race for one new key, then for its lapsed lease → exactly one wins each time`, async () => {
+      const clock = new ManualClock(Date.now());
+      const namespace = namespaceOf();
+      const key = keyOf();
+      const racers = Array.from({ length: subject.raceSize }, () => subject.make({ namespace, clock }));
+      const race = () =>
+        Promise.all(racers.map((b) => b.claim(key, { leaseMs: LEASE, ttlMs: TTL, token: newToken() })));
+      const first = await race();
+      expect(first.filter((o) => o.kind === "won")).toHaveLength(1);
+      expect(first.filter((o) => o.kind === "held")).toHaveLength(subject.raceSize - 1);
+      await clock.advance(LEASE + 20);
+      const second = await race();
+      const winners = second.filter((o) => o.kind === "won");
+      expect(winners).toHaveLength(1);
+      expect(won(winners[0] as ClaimOutcome).claim.fence).toBe(2);
+    }, 120_000);
+
     it("contention past the retry bound surfaces as StorageError; never two winners", async () => {
       const clock = new ManualClock(Date.now());
-      const backend = subject.make({ namespace: namespaceOf(), clock, contention: { maxAttempts: 1 } });
+      const namespace = namespaceOf();
       const key = keyOf();
+      const racers = Array.from({ length: Math.min(8, subject.raceSize) }, () =>
+        subject.make({ namespace, clock, contention: { maxAttempts: 1 } }),
+      );
       const settled = await Promise.allSettled(
-        Array.from({ length: 8 }, () =>
-          backend.claim(key, { leaseMs: LEASE, ttlMs: TTL, token: newToken() }),
-        ),
+        racers.map((b) => b.claim(key, { leaseMs: LEASE, ttlMs: TTL, token: newToken() })),
       );
       const failures = settled
         .filter((s) => s.status === "rejected")
@@ -286,5 +306,18 @@ export function documentBackendExtras(subject: ExtrasSubject): void {
         expect((failure as { cause?: { code?: unknown } }).cause?.code).toBe(10);
       }
     }, 60_000);
+
+    it("calls on one key from one instance queue instead of racing: 20 at once, one winner, no aborts", async () => {
+      const clock = new ManualClock(Date.now());
+      const backend = subject.make({ namespace: namespaceOf(), clock, contention: { maxAttempts: 1 } });
+      const key = keyOf();
+      const outcomes = await Promise.all(
+        Array.from({ length: 20 }, () =>
+          backend.claim(key, { leaseMs: LEASE, ttlMs: TTL, token: newToken() }),
+        ),
+      );
+      expect(outcomes.filter((o) => o.kind === "won")).toHaveLength(1);
+      expect(outcomes.filter((o) => o.kind === "held")).toHaveLength(19);
+    });
   });
 }

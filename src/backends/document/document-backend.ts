@@ -109,7 +109,8 @@ const nonNegativeInt = (v: unknown) => typeof v === "number" && Number.isSafeInt
  * every transition is one transaction that reads the record, decides by the pure §2 planner of
  * `core/transitions.ts`, and writes the decision back. Two transactions that read one record never
  * both commit: the loser aborts, is retried (jittered backoff, bounded), re-reads what the winner
- * wrote and decides again.
+ * wrote and decides again. Calls on one key from one instance are queued rather than raced (see
+ * `#serial`).
  */
 export class DocumentBackend implements Backend {
   readonly name: string;
@@ -121,6 +122,8 @@ export class DocumentBackend implements Backend {
   readonly #contention: ContentionRetryOptions;
   readonly #resultLimit: number;
   readonly #logger: Logger;
+  /** Per document id: the tail of this instance's queue of transactions on it. */
+  readonly #queues = new Map<string, Promise<unknown>>();
 
   constructor(spec: DocumentBackendSpec, options: DocumentBackendOptions) {
     this.name = spec.name;
@@ -157,6 +160,23 @@ export class DocumentBackend implements Backend {
     return documentId(this.#idNamespace, key);
   }
 
+  /**
+   * Runs `step` after every earlier step of this instance on document `id` has settled. An instance
+   * never races itself: concurrent calls on one key from one process queue here, in order, instead of
+   * making the store abort all but one of them; contention between processes is still the store's to
+   * settle, by its transactions.
+   */
+  #serial<T>(id: string, step: () => Promise<T>): Promise<T> {
+    const previous = this.#queues.get(id);
+    const run = previous === undefined ? step() : previous.then(step, step);
+    const tail = run.catch(() => {});
+    this.#queues.set(id, tail);
+    void tail.then(() => {
+      if (this.#queues.get(id) === tail) this.#queues.delete(id);
+    });
+    return run;
+  }
+
   /** One transaction (retried on contention): read the record, decide by the §2 table, write it back. */
   #transition<T>(
     operation: string,
@@ -164,14 +184,22 @@ export class DocumentBackend implements Backend {
     decide: (observed: Observed, now: number) => Plan<T>,
   ): Promise<T> {
     const id = this.#id(key);
-    return retryContention(this.name, operation, key, this.#contention, () =>
-      this.#store.transact(id, (raw) => {
-        const plan = decide(fromFields(this.name, operation, key, raw), this.#clock.now());
-        return {
-          outcome: plan.outcome,
-          write: plan.write === undefined ? undefined : { kind: "set", fields: toFields(plan.write) },
-        };
-      }),
+    return this.#serial(id, () =>
+      retryContention(this.name, operation, key, this.#contention, () =>
+        this.#store.transact(id, (raw) => {
+          const plan = decide(
+            fromFields(this.name, operation, this.#idNamespace, key, raw),
+            this.#clock.now(),
+          );
+          return {
+            outcome: plan.outcome,
+            write:
+              plan.write === undefined
+                ? undefined
+                : { kind: "set", fields: toFields(plan.write, this.#idNamespace) },
+          };
+        }),
+      ),
     );
   }
 
@@ -223,7 +251,10 @@ export class DocumentBackend implements Backend {
   async get(key: string): Promise<StoredRecord | undefined> {
     try {
       const raw = await this.#store.read(this.#id(key));
-      return visible(fromFields(this.name, "get", key, raw), this.#clock.now() - this.#skew);
+      return visible(
+        fromFields(this.name, "get", this.#idNamespace, key, raw),
+        this.#clock.now() - this.#skew,
+      );
     } catch (cause) {
       throw storageError(this.name, "get", key, cause);
     }
@@ -233,7 +264,7 @@ export class DocumentBackend implements Backend {
   delete(key: string): Promise<boolean> {
     return retryContention(this.name, "delete", key, this.#contention, () =>
       this.#store.transact(this.#id(key), (raw) => {
-        fromFields(this.name, "delete", key, raw);
+        fromFields(this.name, "delete", this.#idNamespace, key, raw);
         return raw === undefined ? { outcome: false } : { outcome: true, write: { kind: "delete" } };
       }),
     );

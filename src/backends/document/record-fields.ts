@@ -10,6 +10,8 @@ import type { StoredRecord } from "../../core/types.js";
 export interface RecordFields {
   /** The caller's key, kept beside the hashed document id and checked on every read. */
   key: string;
+  /** The namespace folded into the id, when there is one (checked on every read too). */
+  namespace?: string;
   state: string;
   fence: number;
   token: string;
@@ -24,6 +26,7 @@ export interface RecordFields {
 /** Fields that no query filters on: stores that index by default (Datastore) are told to skip them. */
 export const UNINDEXED_FIELDS = [
   "key",
+  "namespace",
   "state",
   "fence",
   "token",
@@ -34,8 +37,8 @@ export const UNINDEXED_FIELDS = [
   "result",
 ] as const;
 
-/** The record as fields to store. */
-export function toFields(record: StoredRecord): RecordFields {
+/** The record as fields to store; `namespace` is the one folded into the document id, if any. */
+export function toFields(record: StoredRecord, namespace: string | undefined): RecordFields {
   const fields: RecordFields = {
     key: wellFormed(record.key),
     state: record.state,
@@ -45,6 +48,7 @@ export function toFields(record: StoredRecord): RecordFields {
     expiresAt: new Date(record.expiresAt),
     claimedAt: record.claimedAt,
   };
+  if (namespace !== undefined) fields.namespace = namespace;
   if (record.completedAt !== undefined) fields.completedAt = record.completedAt;
   if (record.fingerprint !== undefined) fields.fingerprint = record.fingerprint;
   if (record.result !== undefined) {
@@ -69,26 +73,28 @@ export function millis(value: unknown): unknown {
 
 /**
  * Reads stored fields back as what a planner observes: undefined (no document), a record, or a
- * corrupt marker (anything that does not fit, never an exception). A document whose stored key is not
- * `key` belongs to another key whose id collided: that is refused with `StorageError` rather than
- * read or overwritten, so two keys can never share a record.
+ * corrupt marker (anything that does not fit, never an exception). A document whose stored key or
+ * namespace is not this one belongs to another key whose id collided: that is refused with
+ * `StorageError` rather than read or overwritten, so two keys can never share a record.
  */
 export function fromFields(
   backend: string,
   operation: string,
+  namespace: string | undefined,
   key: string,
   raw: Record<string, unknown> | undefined,
 ): Observed {
   if (raw === undefined) return undefined;
-  if (typeof raw.key === "string" && raw.key !== wellFormed(key)) {
+  const otherKey = typeof raw.key === "string" && raw.key !== wellFormed(key);
+  const storedNamespace = typeof raw.namespace === "string" ? raw.namespace : undefined;
+  if (otherKey || (typeof raw.key === "string" && storedNamespace !== namespace)) {
     throw new StorageError(`${operation} refused: the document for this key holds another key's record`, {
       backend,
       operation,
       key,
     });
   }
-  const observed = decodeRecord({ ...raw, expiresAt: millis(raw.expiresAt), key });
-  return observed;
+  return decodeRecord({ ...raw, expiresAt: millis(raw.expiresAt), key });
 }
 
 /**
