@@ -62,6 +62,7 @@ backendContract(
   },
 );
 
+type Won = Extract<Awaited<ReturnType<RedisBackend["claim"]>>, { kind: "won" }>;
 const claimOptions = (leaseMs = 5_000, ttlMs = 60_000) => ({ leaseMs, ttlMs, token: newToken() });
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
@@ -280,6 +281,67 @@ for (const [label, client] of [
       assert.equal(await backend.release((second as Extract<typeof second, { kind: "won" }>).claim), true);
       await Promise.race([waiting, sleep(10_000)]);
       assert.equal(woke, true, "the recreated subscription delivered the release");
+      await backend.close();
+    });
+
+    it("complete publishes only when a waiter's marker is set; a waiter elsewhere is woken", async () => {
+      const namespace = `x${randomUUID().slice(0, 8)}`;
+      const here = new RedisBackend({ client, namespace });
+      // another process's backend: its own connection, the same namespace
+      const otherClient = label === "ioredis" ? new Redis(url) : await createClient({ url }).connect();
+      const elsewhere = new RedisBackend({ client: otherClient, namespace });
+      const listener = new Redis(url);
+      const heard: string[] = [];
+      listener.on("pmessage", (_pattern: string, channel: string, message: string) =>
+        heard.push(`${channel} ${message}`),
+      );
+      await listener.psubscribe(`${namespace}:*`);
+      try {
+        const quiet = `k-${randomUUID()}`;
+        const first = await here.claim(quiet, claimOptions());
+        assert.equal(await here.complete((first as Won).claim, { ttlMs: 60_000 }), true);
+        const k = `k-${randomUUID()}`;
+        const second = await here.claim(k, claimOptions());
+        let woke = false;
+        const waiting = elsewhere.waitForChange(k, 60_000).then(() => {
+          woke = true;
+        });
+        const marker = `${namespace}:{${k}}:w`;
+        for (let i = 0; i < 200 && (await io.pttl(marker)) < 0; i++) await sleep(20);
+        const pttl = await io.pttl(marker);
+        assert.ok(pttl > 55_000 && pttl <= 62_000, `the marker lives the wait plus a slack, got ${pttl}`);
+        // a shorter wait never shortens the marker
+        await elsewhere.waitForChange(k, 10);
+        assert.ok((await io.pttl(marker)) > 55_000, "the longer waiter's marker stands");
+        assert.equal(woke, false);
+        assert.equal(await here.complete((second as Won).claim, { ttlMs: 60_000 }), true);
+        await Promise.race([waiting, sleep(10_000)]);
+        assert.equal(woke, true, "the waiter in the other backend woke on the completion");
+        await sleep(50);
+        assert.deepEqual(
+          heard,
+          [`${namespace}:{${k}}:changed done`],
+          "nothing published for the key nobody waited on",
+        );
+      } finally {
+        await listener.quit();
+        await elsewhere.close();
+        await here.close();
+        if (otherClient instanceof Redis) otherClient.disconnect();
+        else await otherClient.close();
+      }
+    });
+
+    it("a change between a waiter's start and its marker still wakes it (no lost notification)", async () => {
+      const backend = make();
+      const k = `k-${randomUUID()}`;
+      const first = await backend.claim(k, claimOptions());
+      // complete in the same tick as the wait begins: before the subscription and the marker exist
+      const waiting = backend.waitForChange(k, 60_000);
+      const completed = backend.complete((first as Won).claim, { ttlMs: 60_000 });
+      const woke = await Promise.race([waiting.then(() => true), sleep(5_000).then(() => false)]);
+      assert.equal(await completed, true);
+      assert.equal(woke, true, "woken by the re-read, long before the timeout");
       await backend.close();
     });
 

@@ -18,7 +18,18 @@ import {
   type RedisFlavour,
   type Subscriber,
 } from "./redis-client.js";
-import { CLAIM, COMPLETE, DELETE_ONE, GET, RELEASE, RENEW, unpackRecord, VIA_CODES } from "./scripts.js";
+import {
+  CLAIM,
+  COMPLETE,
+  DELETE_ONE,
+  GET,
+  RELEASE,
+  RENEW,
+  type Script,
+  unpackRecord,
+  VIA_CODES,
+  WATCH,
+} from "./scripts.js";
 
 export interface RedisBackendOptions {
   /**
@@ -52,7 +63,7 @@ export interface RedisBackendOptions {
 type Won = Extract<ClaimOutcome, { kind: "won" }>;
 
 function num(value: unknown): number {
-  if (typeof value === "number") return value;
+  if (typeof value === "number") return value; // RESP integers: every number a script returns
   const text = typeof value === "string" ? value : Buffer.isBuffer(value) ? value.toString("latin1") : "";
   return /^-?\d+$/.test(text) ? Number(text) : Number.NaN;
 }
@@ -79,6 +90,9 @@ const PLUS_BUFFER = Buffer.from("+");
 
 /** Ten years: far beyond any lease or ttl, and small enough that every time stays an exact double. */
 const MAX_DURATION_MS = 10 * 365 * 24 * 3600_000;
+
+/** How much longer than its wait a waiter's marker lives (server and client timers drift a little). */
+const MARKER_SLACK_MS = 2_000;
 
 /** What a waiter compares to tell whether a record changed. */
 function snapshot(record: StoredRecord | undefined): string {
@@ -116,8 +130,6 @@ export class RedisBackend implements Backend {
   readonly #linger: number;
   readonly #waiters = new Map<string, Set<() => void>>();
   readonly #subscribed = new Map<string, Promise<void>>();
-  /** Channels whose SUBSCRIBE the server has acknowledged. */
-  readonly #confirmed = new Set<string>();
   readonly #lingering = new Map<string, ReturnType<typeof setTimeout>>();
   #subscriber: Promise<Subscriber> | undefined;
   #closed = false;
@@ -161,6 +173,15 @@ export class RedisBackend implements Backend {
     return `${this.#key(key)}:changed`;
   }
 
+  /**
+   * The keys a completing or releasing script gets: the record, and (notifications on) the waiter
+   * marker `<namespace>:{<key>}:w` that tells it whether anybody waits (see `waitForChange`).
+   */
+  #notifyKeys(key: string): string[] {
+    const k = this.#key(key);
+    return this.#notify ? [k, `${k}:w`] : [k];
+  }
+
   /** A duration as the scripts take it: whole milliseconds, rounded up; anything else is refused. */
   #ms(what: string, value: number): number {
     if (typeof value !== "number" || !(value >= 0 && value <= MAX_DURATION_MS)) {
@@ -176,16 +197,38 @@ export class RedisBackend implements Backend {
     return String(Math.max(1, ms + this.#grace));
   }
 
+  // A service uses one lease and one ttl for nearly every call: their argument strings are kept.
+  #leaseFor = Number.NaN;
+  #ttlFor = Number.NaN;
+  #leaseArg = "";
+  #ttlArg = "";
+  #claimPx = "";
+  #ttlPx = "";
+
+  /** Validates and formats a lease and a ttl once per distinct pair. */
+  #durations(leaseMs: number, ttlMs: number): void {
+    if (leaseMs === this.#leaseFor && ttlMs === this.#ttlFor) return;
+    const lease = this.#ms("leaseMs", leaseMs);
+    const ttl = this.#ms("ttlMs", ttlMs);
+    this.#leaseArg = String(lease);
+    this.#ttlArg = String(ttl);
+    this.#claimPx = this.#px(lease + ttl);
+    this.#ttlPx = this.#px(ttl);
+    this.#leaseFor = leaseMs;
+    this.#ttlFor = ttlMs;
+  }
+
   #claimArgs(options: ClaimOptions): RedisArg[] {
-    const lease = this.#ms("leaseMs", options.leaseMs);
-    const ttl = this.#ms("ttlMs", options.ttlMs);
-    return [
-      options.token,
-      String(lease),
-      String(ttl),
-      options.fingerprint === undefined ? "" : `+${options.fingerprint}`,
-      this.#px(lease + ttl),
-    ];
+    this.#durations(options.leaseMs, options.ttlMs);
+    const fp = options.fingerprint;
+    return [options.token, this.#leaseArg, this.#ttlArg, fp === undefined ? "" : `+${fp}`, this.#claimPx];
+  }
+
+  /** The `ttlMs` argument and its `PX` for complete and release. */
+  #ttlArgs(ttlMs: number): [string, string] {
+    if (ttlMs === this.#ttlFor) return [this.#ttlArg, this.#ttlPx];
+    const ttl = this.#ms("ttlMs", ttlMs);
+    return [String(ttl), this.#px(ttl)];
   }
 
   #decodeClaim(key: string, options: ClaimOptions, reply: unknown): ClaimOutcome {
@@ -236,13 +279,25 @@ export class RedisBackend implements Backend {
    * when readable), lapsed (fence + 1) or carries this call's own token (same fence); otherwise `held`
    * (live lease, with the time left on the server clock) or `done` (with result and fingerprint).
    */
-  async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
+  claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
+    let args: RedisArg[];
     try {
-      const reply = await this.#driver.run(CLAIM, this.#key(key), this.#claimArgs(options), true);
-      return this.#decodeClaim(key, options, reply);
-    } catch (cause) {
-      throw storageError(this.name, "claim", key, cause);
+      args = this.#claimArgs(options);
+    } catch (error) {
+      return Promise.reject(error);
     }
+    return this.#driver.run(CLAIM, [this.#key(key)], args, true).then(
+      (reply) => {
+        try {
+          return this.#decodeClaim(key, options, reply);
+        } catch (cause) {
+          throw storageError(this.name, "claim", key, cause);
+        }
+      },
+      (cause: unknown) => {
+        throw storageError(this.name, "claim", key, cause);
+      },
+    );
   }
 
   /**
@@ -275,57 +330,76 @@ export class RedisBackend implements Backend {
     });
   }
 
-  async #flag(operation: string, key: string, script: typeof CLAIM, args: RedisArg[]): Promise<boolean> {
-    try {
-      return num(await this.#driver.run(script, this.#key(key), args, false)) === 1;
-    } catch (cause) {
-      throw storageError(this.name, operation, key, cause);
-    }
+  /** Runs a script that answers 1 (true) or 0 (false). */
+  #flag(operation: string, key: string, script: Script, keys: string[], args: RedisArg[]): Promise<boolean> {
+    return this.#driver.run(script, keys, args, false).then(
+      (reply) => num(reply) === 1,
+      (cause: unknown) => {
+        throw storageError(this.name, operation, key, cause);
+      },
+    );
   }
 
   /** complete: true when the fence matches a claimed record (now done) or a done one (a retried complete). */
-  async complete(claim: Claim, options: CompleteOptions): Promise<boolean> {
+  complete(claim: Claim, options: CompleteOptions): Promise<boolean> {
+    let ttl: [string, string];
+    try {
+      ttl = this.#ttlArgs(options.ttlMs);
+    } catch (error) {
+      return Promise.reject(error);
+    }
     const result = options.result;
-    const ttl = this.#ms("ttlMs", options.ttlMs);
-    return this.#flag("complete", claim.key, COMPLETE, [
+    return this.#flag("complete", claim.key, COMPLETE, this.#notifyKeys(claim.key), [
       String(claim.fence),
-      String(ttl),
+      ttl[0],
       result === undefined ? "" : resultArg(result),
-      this.#px(ttl),
-      this.#notify ? this.#channel(claim.key) : "",
+      ttl[1],
     ]);
   }
 
   /** release: on a matching claimed record, lease = now, fence + 1, token cleared; the record stays. */
-  async release(claim: Claim): Promise<boolean> {
-    const ttl = this.#ms("ttlMs", claim.ttlMs);
-    return this.#flag("release", claim.key, RELEASE, [
+  release(claim: Claim): Promise<boolean> {
+    let ttl: [string, string];
+    try {
+      ttl = this.#ttlArgs(claim.ttlMs);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.#flag("release", claim.key, RELEASE, this.#notifyKeys(claim.key), [
       String(claim.fence),
-      String(ttl),
-      this.#px(ttl),
-      this.#notify ? this.#channel(claim.key) : "",
+      ttl[0],
+      ttl[1],
     ]);
   }
 
   /** renew: on a matching claimed record, lease = now + leaseMs (server clock); no lease check. */
-  async renew(claim: Claim, leaseMs: number): Promise<boolean> {
-    const lease = this.#ms("leaseMs", leaseMs);
-    const ttl = this.#ms("ttlMs", claim.ttlMs);
-    return this.#flag("renew", claim.key, RENEW, [
-      String(claim.fence),
-      String(lease),
-      String(ttl),
-      this.#px(lease + ttl),
-    ]);
+  renew(claim: Claim, leaseMs: number): Promise<boolean> {
+    try {
+      this.#durations(leaseMs, claim.ttlMs);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.#flag(
+      "renew",
+      claim.key,
+      RENEW,
+      [this.#key(claim.key)],
+      [String(claim.fence), this.#leaseArg, this.#ttlArg, this.#claimPx],
+    );
   }
 
   async get(key: string): Promise<StoredRecord | undefined> {
     let reply: unknown;
     try {
-      reply = await this.#driver.run(GET, this.#key(key), [], true);
+      reply = await this.#driver.run(GET, [this.#key(key)], [], true);
     } catch (cause) {
       throw storageError(this.name, "get", key, cause);
     }
+    return this.#decodeGet(key, reply);
+  }
+
+  /** A `get` or `watch` reply: {now, 1} (not a string) or {now, 0, raw or nil}. */
+  #decodeGet(key: string, reply: unknown): StoredRecord | undefined {
     if (!Array.isArray(reply)) return undefined;
     const now = num(reply[0]);
     const raw = reply[2];
@@ -334,6 +408,12 @@ export class RedisBackend implements Backend {
       unpackRecord(key, Buffer.isBuffer(raw) ? raw : Buffer.from(String(raw), "latin1")),
     );
     return visible(observed, now);
+  }
+
+  /** Sets the waiter marker for at least `ms` and reads the record in the same step. */
+  async #watch(key: string, ms: number): Promise<StoredRecord | undefined> {
+    const k = this.#key(key);
+    return this.#decodeGet(key, await this.#driver.run(WATCH, [k, `${k}:w`], [String(ms)], true));
   }
 
   /**
@@ -369,22 +449,19 @@ export class RedisBackend implements Backend {
       signal?.addEventListener("abort", done, { once: true });
       set.add(done);
       if (this.#notify) {
-        const subscribed = this.#ensureSubscribed(channel);
-        if (!this.#confirmed.has(channel)) {
-          // A change published before the subscription took effect is not delivered: compare the record
-          // read now with one read after the subscription is confirmed, and wake on a difference.
-          const before = this.get(key).then(snapshot, () => undefined);
-          subscribed
-            .then(async () => {
-              const [then, now] = await Promise.all([before, this.get(key).then(snapshot)]);
-              if (then !== now && set.has(done)) done();
-            })
-            .catch(() => {
-              // no subscriber (or no read): the timer is the polling floor
-            });
-        } else {
-          subscribed.catch(() => {});
-        }
+        // Messages flow once the channel is subscribed *and* the marker is set (completes and releases
+        // publish only when they see it). A change before that is not delivered: compare the record
+        // read now with the one the marker-setting step reads, and wake on a difference.
+        const before = this.get(key).then(snapshot, () => undefined);
+        const markerMs = Math.min(Math.ceil(Math.max(0, timeoutMs)), MAX_DURATION_MS) + MARKER_SLACK_MS;
+        this.#ensureSubscribed(channel)
+          .then(async () => {
+            const [then, now] = await Promise.all([before, this.#watch(key, markerMs).then(snapshot)]);
+            if (then !== now && set.has(done)) done();
+          })
+          .catch(() => {
+            // no subscriber (or no read): the timer is the polling floor
+          });
       }
     });
   }
@@ -397,14 +474,9 @@ export class RedisBackend implements Backend {
     }
     let subscribed = this.#subscribed.get(channel);
     if (subscribed === undefined) {
-      let attempt: Promise<void> | undefined;
-      subscribed = this.#ensureSubscriber()
-        .then((sub) => sub.subscribe(channel))
-        .then(() => {
-          if (this.#subscribed.get(channel) === attempt) this.#confirmed.add(channel);
-        });
+      subscribed = this.#ensureSubscriber().then((sub) => sub.subscribe(channel));
       this.#subscribed.set(channel, subscribed);
-      attempt = subscribed;
+      const attempt = subscribed;
       attempt.catch(() => {
         if (this.#subscribed.get(channel) === attempt) this.#subscribed.delete(channel);
       });
@@ -419,7 +491,6 @@ export class RedisBackend implements Backend {
       if (this.#waiters.has(channel)) return;
       const subscribed = this.#subscribed.get(channel);
       this.#subscribed.delete(channel);
-      this.#confirmed.delete(channel);
       const current = this.#subscriber;
       if (subscribed === undefined || current === undefined) return;
       subscribed
@@ -441,7 +512,6 @@ export class RedisBackend implements Backend {
           if (this.#subscriber === made) {
             this.#subscriber = undefined;
             this.#subscribed.clear();
-            this.#confirmed.clear();
           }
           this.#wakeAll();
         },
@@ -466,7 +536,7 @@ export class RedisBackend implements Backend {
   /** Deletes the key's record outright (fence history included). */
   async delete(key: string): Promise<boolean> {
     try {
-      const reply = await this.#driver.run(DELETE_ONE, this.#key(key), [], false);
+      const reply = await this.#driver.run(DELETE_ONE, [this.#key(key)], [], false);
       return num(reply) > 0;
     } catch (cause) {
       throw storageError(this.name, "delete", key, cause);
@@ -480,7 +550,6 @@ export class RedisBackend implements Backend {
     this.#lingering.clear();
     this.#wakeAll();
     this.#subscribed.clear();
-    this.#confirmed.clear();
     const subscriber = this.#subscriber;
     this.#subscriber = undefined;
     if (subscriber !== undefined) await subscriber.then((sub) => sub.close()).catch(() => {});

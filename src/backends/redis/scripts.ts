@@ -103,8 +103,18 @@ return {1, fence, lu, via}
 );
 
 /**
- * complete — ARGV: fence, ttlMs, result ('' none, '+' .. bytes), PX (ttl + grace, >= 1), channel ('' = no
- * publish). Returns 1 when the fence matches (a done record with the same fence answers 1 again), else 0.
+ * Wakes waiters, wherever they are: a waiter sets the key's marker (`KEYS[2]`, same hash tag, so the
+ * same slot) before it relies on a message, and only then is there anyone to tell. Without a marker
+ * nothing is published — the common case costs one `EXISTS` instead of a `PUBLISH`. With
+ * notifications off the caller passes no second key and nothing is published.
+ */
+const NOTIFY = (what: string) =>
+  `if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1 then redis.call('PUBLISH', k .. ':changed', '${what}') end`;
+
+/**
+ * complete — KEYS: record, waiter marker (optional); ARGV: fence, ttlMs, result ('' none, '+' .. bytes),
+ * PX (ttl + grace, >= 1). Returns 1 when the fence matches (a done record with the same fence answers 1
+ * again), else 0. The order of the checks is the order of `planComplete`.
  */
 export const COMPLETE = script(
   "complete",
@@ -116,12 +126,15 @@ if not valid or f ~= tonumber(ARGV[1]) then return 0 end
 if s == 100 then return 1 end
 local res = ARGV[3]
 redis.call('SET', k, struct.pack(H, ${RECORD_VERSION}, 100, f, l, now + tonumber(ARGV[2]), c, now, #t, t, #p, p, #res, res), 'PX', ARGV[4])
-if ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], 'done') end
+${NOTIFY("done")}
 return 1
 `,
 );
 
-/** release — ARGV: fence, ttlMs (the claim's), PX (ttl + grace, >= 1), channel. Lease = now, fence + 1, token cleared. */
+/**
+ * release — KEYS: record, waiter marker (optional); ARGV: fence, ttlMs (the claim's), PX (ttl + grace,
+ * >= 1). Lease = now, fence + 1, token cleared (`planRelease`).
+ */
 export const RELEASE = script(
   "release",
   `
@@ -130,7 +143,7 @@ if type(raw) ~= 'string' then return 0 end
 ${DECODE}
 if not valid or s ~= 99 or f ~= tonumber(ARGV[1]) then return 0 end
 redis.call('SET', k, struct.pack(H, ${RECORD_VERSION}, 99, f + 1, now, now + tonumber(ARGV[2]), c, 0, 0, '', #p, p, 0, ''), 'PX', ARGV[3])
-if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], 'released') end
+${NOTIFY("released")}
 return 1
 `,
 );
@@ -159,6 +172,21 @@ return 1
 export const GET = script(
   "get",
   `
+local raw = redis.pcall('GET', k)
+if type(raw) == 'table' then return {now, 1} end
+return {now, 0, raw}
+`,
+);
+
+/**
+ * watch — KEYS: record, waiter marker; ARGV: how long the marker must live at least (ms). Extends the
+ * marker (never shortens it: another waiter may need it longer), then answers exactly as `get`, so a
+ * waiter learns in the same step what the record was when messages started to flow.
+ */
+export const WATCH = script(
+  "watch",
+  `
+if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[1]) then redis.call('SET', KEYS[2], '1', 'PX', ARGV[1]) end
 local raw = redis.pcall('GET', k)
 if type(raw) == 'table' then return {now, 1} end
 return {now, 0, raw}
