@@ -1,9 +1,9 @@
 /**
  * The lease heartbeat (SPEC §4) and its abort rule.
  *
- * While work runs, the claim is renewed every `leaseMs / 3`. The claim is judged lost — `onLost`
- * fires once, which aborts the work's `signal` — when a renewal finds the fence moved, or when no
- * renewal has succeeded for a lease minus a safety margin, **counted from when the last successful
+ * While work runs, the claim is renewed every `leaseMs / 3`. The claim is judged lost — the work's
+ * `signal` aborts with a `LeaseLostError`, once — when a renewal finds the fence moved, or when no
+ * call has succeeded for a lease minus a safety margin, **counted from when the last successful
  * call was sent**:
  *
  * ```
@@ -14,23 +14,26 @@
  *
  * A store sets the lease from its own clock when it handles the call, never before the call was
  * sent, so `sent + lease` is the earliest instant another worker could take the key over. The abort
- * deadline is a timer of its own: a renewal that never answers cannot delay it. With the heartbeat
- * off, the same deadline still aborts work that outruns its one lease.
+ * deadline is armed whenever a renewal is due and runs on a timer of its own: a renewal that never
+ * answers cannot delay it. With the heartbeat off, the same deadline still aborts work that outruns
+ * its one lease.
+ *
+ * One `Heartbeat` object is the claim's scheduled event (see `scheduler.ts`): a short job costs one
+ * allocation and two pointer writes for all of this.
  */
 import type { Clock } from "./clock.js";
-import { LeaseLostError } from "./errors.js";
-import { cancel, Scheduled, schedule } from "./scheduler.js";
-import type { Claim } from "./types.js";
+import { LeaseLostError, storageError } from "./errors.js";
+import { EventType, type Logger, type OncelyEvent } from "./events.js";
+import { Callback, cancel, Scheduled, schedule } from "./scheduler.js";
+import { bounded, type StoreCallHost } from "./store-call.js";
+import type { Backend, Claim } from "./types.js";
 
 /** What a heartbeat needs from the verb that owns the claim. */
-export interface HeartbeatHost {
-  readonly backendName: string;
-  readonly clock: Clock;
+export interface HeartbeatHost extends StoreCallHost {
+  readonly backend: Backend;
   readonly leaseMs: number;
-  /** Renews the claim (bounded by the store-call deadline); resolves false when the fence moved. */
-  renew(claim: Claim): Promise<boolean>;
-  /** A renewal failed (store error or deadline); the heartbeat keeps trying until the abort deadline. */
-  renewFailed(claim: Claim, error: unknown): void;
+  readonly logger: Logger;
+  readonly emit: (type: EventType, fields?: Partial<OncelyEvent>) => void;
 }
 
 /** The safety margin before the lease's earliest possible end: a tenth of the lease. */
@@ -38,89 +41,92 @@ export function abortMargin(leaseMs: number): number {
   return Math.max(1, Math.ceil(leaseMs / 10));
 }
 
-/** A running heartbeat (or, with renewals off, just the abort deadline). */
-export class Heartbeat {
+/** A running heartbeat (or, with renewals off, just the abort deadline), and the work's signal. */
+export class Heartbeat extends Scheduled {
   readonly #host: HeartbeatHost;
   readonly #claim: Claim;
-  readonly #onLost: (error: LeaseLostError) => void;
   readonly #renewing: boolean;
   /** When the last successful claim or renew was sent. */
   #validFrom: number;
   #stopped = false;
-  #next: Scheduled | undefined;
-  #deadline: Scheduled | undefined;
+  #deadline: Callback | undefined;
   #retry: ReturnType<Clock["setTimeout"]> | undefined;
+  #controller: AbortController | undefined;
+  #lost: LeaseLostError | undefined;
 
   /**
    * @param sentAt when the claim call that won was (first) sent
    * @param renewing renew every lease / 3 (false: only the abort deadline runs)
    */
-  constructor(
-    host: HeartbeatHost,
-    claim: Claim,
-    sentAt: number,
-    renewing: boolean,
-    onLost: (error: LeaseLostError) => void,
-  ) {
+  constructor(host: HeartbeatHost, claim: Claim, sentAt: number, renewing: boolean) {
+    super();
     this.#host = host;
     this.#claim = claim;
-    this.#onLost = onLost;
     this.#renewing = renewing;
     this.#validFrom = sentAt;
-    this.#armDeadline();
-    if (renewing) this.#next = schedule(host.clock, this.#interval(), new Scheduled(() => this.#beat()));
+    if (renewing) schedule(host.clock, this.#interval(), this);
+    else this.#armDeadline();
+  }
+
+  /**
+   * Aborts (with the `LeaseLostError`) when the claim is lost. Built on first read: an
+   * AbortController is costly on Node 20 and most work never looks at it.
+   */
+  get signal(): AbortSignal {
+    if (this.#controller === undefined) {
+      this.#controller = new AbortController();
+      if (this.#lost !== undefined) this.#controller.abort(this.#lost);
+    }
+    return this.#controller.signal;
   }
 
   #interval(): number {
     return Math.max(1, Math.floor(this.#host.leaseMs / 3));
   }
 
-  /** Arms the abort at validFrom + lease − margin (re-armed after every successful renewal). */
+  /** Arms the abort at validFrom + lease − margin, unless it is armed already. */
   #armDeadline(): void {
-    cancel(this.#deadline);
+    if (this.#deadline !== undefined) return;
     const { clock, leaseMs } = this.#host;
-    const at = this.#validFrom + leaseMs - abortMargin(leaseMs);
+    const margin = abortMargin(leaseMs);
+    const at = this.#validFrom + leaseMs - margin;
     // Rounded down to a quarter of the margin, so that all claims of one lease length share a few
     // timer queues; the abort fires at most that much early, never late.
-    const step = Math.max(1, Math.floor(abortMargin(leaseMs) / 4));
+    const step = Math.max(1, Math.floor(margin / 4));
     const delay = Math.max(1, Math.floor((at - clock.now()) / step) * step);
-    this.#deadline = schedule(clock, delay, new Scheduled(() => this.#expire()));
+    this.#deadline = schedule(clock, delay, new Callback(() => this.#expire())) as Callback;
   }
 
-  #beat(): void {
-    this.#next = undefined;
+  /** The scheduled beat: renew, with the abort deadline armed until a renewal succeeds. */
+  override run(): void {
     if (this.#stopped) return;
-    const sentAt = this.#host.clock.now();
-    let settled: Promise<boolean>;
-    try {
-      settled = this.#host.renew(this.#claim);
-    } catch (error) {
-      settled = Promise.reject(error);
-    }
-    settled.then(
+    this.#armDeadline();
+    const host = this.#host;
+    const claim = this.#claim;
+    const sentAt = host.clock.now();
+    bounded(host, "renew", claim.key, () => host.backend.renew(claim, host.leaseMs)).then(
       (renewed) => {
         if (this.#stopped) return;
         if (!renewed) {
           this.#lose("claim lost: the fence moved (another holder took over)");
           return;
         }
-        if (sentAt > this.#validFrom) {
-          this.#validFrom = sentAt;
-          this.#armDeadline();
-        }
-        this.#next = schedule(this.#host.clock, this.#interval(), new Scheduled(() => this.#beat()));
+        if (sentAt > this.#validFrom) this.#validFrom = sentAt;
+        cancel(this.#deadline);
+        this.#deadline = undefined;
+        schedule(host.clock, this.#interval(), this);
       },
-      (error: unknown) => {
+      (cause: unknown) => {
         if (this.#stopped) return;
-        this.#host.renewFailed(this.#claim, error);
+        const error = storageError(host.backend.name, "renew", claim.key, cause);
+        host.emit(EventType.StorageError, { fence: claim.fence, error, detail: "renew" });
         // Try again soon: the abort deadline, not the cadence, bounds how long this may go on.
-        const { clock } = this.#host;
-        this.#retry = clock.setTimeout(
+        this.#retry = host.clock.setTimeout(
           () => {
             this.#retry = undefined;
-            this.#beat();
+            this.run();
           },
-          Math.max(1, Math.floor(this.#host.leaseMs / 6)),
+          Math.max(1, Math.floor(host.leaseMs / 6)),
         );
       },
     );
@@ -137,23 +143,31 @@ export class Heartbeat {
   }
 
   #lose(message: string): void {
+    const host = this.#host;
     const claim = this.#claim;
     const error = new LeaseLostError(message, {
       key: claim.key,
       fence: claim.fence,
-      backend: this.#host.backendName,
+      backend: host.backend.name,
     });
     this.stop();
-    this.#onLost(error);
+    this.#lost = error;
+    host.emit(EventType.LeaseLost, { fence: claim.fence, error });
+    try {
+      host.logger.warn({ backend: host.backend.name, fence: claim.fence }, error.message);
+    } catch {
+      // a logger that throws gets no second chance
+    }
+    this.#controller?.abort(error);
   }
 
   /** Stops renewing and disarms the abort deadline. Idempotent. */
   stop(): void {
     if (this.#stopped) return;
     this.#stopped = true;
-    cancel(this.#next);
+    cancel(this);
     cancel(this.#deadline);
-    this.#next = this.#deadline = undefined;
+    this.#deadline = undefined;
     if (this.#retry !== undefined) this.#host.clock.clearTimeout(this.#retry);
     this.#retry = undefined;
   }

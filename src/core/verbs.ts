@@ -3,6 +3,7 @@
  * function). They own every policy — defaults, retries, heartbeats, results, events — so that
  * backends stay one atomic transition per method.
  */
+import { randomBytes } from "node:crypto";
 import { type Clock, systemClock } from "./clock.js";
 import {
   DEFAULT_MAX_RESULT_BYTES,
@@ -24,7 +25,7 @@ import {
 import { callHook, consoleLogger, EventType, hashKey, type Logger, type OncelyEvent } from "./events.js";
 import { Heartbeat } from "./heartbeat.js";
 import { validateKey } from "./keys.js";
-import { cancel, Scheduled, schedule } from "./scheduler.js";
+import { storeCall } from "./store-call.js";
 import type { Backend, Claim, ClaimOutcome } from "./types.js";
 
 export { MAX_KEY_BYTES, validateKey } from "./keys.js";
@@ -192,28 +193,29 @@ function resolve(key: unknown, options: GuardOptions): Resolved {
   const logger = options.logger ?? consoleLogger;
   const clock = options.clock ?? systemClock;
   const backend = options.backend;
-  const started = clock.now();
   let keyHash: string | undefined;
   const onEvent = options.onEvent;
-  const emit =
-    onEvent === undefined && logger.debug === undefined
-      ? noEmit
-      : (type: EventType, fields: Partial<OncelyEvent> = {}) => {
-          keyHash ??= hashKey(key);
-          const event: OncelyEvent = {
-            type,
-            keyHash,
-            backend: backend.name,
-            latencyMs: clock.now() - started,
-            ...fields,
-          };
-          try {
-            logger.debug?.({ ...event }, `[oncely] ${type}`);
-          } catch {
-            // a logger that throws gets no second chance
-          }
-          callHook(logger, "onEvent", onEvent, event);
+  const observed = onEvent !== undefined || logger.debug !== undefined;
+  // Latency counts from the start of the verb call; the clock is read only when someone listens.
+  const started = observed ? clock.now() : 0;
+  const emit = !observed
+    ? noEmit
+    : (type: EventType, fields: Partial<OncelyEvent> = {}) => {
+        keyHash ??= hashKey(key);
+        const event: OncelyEvent = {
+          type,
+          keyHash,
+          backend: backend.name,
+          latencyMs: clock.now() - started,
+          ...fields,
         };
+        try {
+          logger.debug?.({ ...event }, `[oncely] ${type}`);
+        } catch {
+          // a logger that throws gets no second chance
+        }
+        callHook(logger, "onEvent", onEvent, event);
+      };
   return {
     backend,
     leaseMs,
@@ -230,80 +232,19 @@ function resolve(key: unknown, options: GuardOptions): Resolved {
 
 const noEmit = () => {};
 
-/** A fresh random 128-bit claim token, hex. */
+const TOKEN_POOL = 4096;
+let tokenPool = Buffer.alloc(0);
+let tokenOffset = TOKEN_POOL;
+
+/** A fresh random 128-bit claim token, 32 hex digits (drawn from a pooled CSPRNG buffer). */
 export function newToken(): string {
-  return globalThis.crypto.randomUUID().replaceAll("-", "");
-}
-
-const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-function timeoutError(r: Resolved, operation: string, key: string, ms: number): StorageError {
-  return new StorageError(`${operation} did not answer within ${ms} ms (storeTimeoutMs)`, {
-    backend: r.backend.name,
-    operation,
-    key,
-  });
-}
-
-/**
- * One attempt of a store call, bounded by `ms`. The first attempt of every call shares one timer
- * queue per deadline length (the hot path); a retry's shorter remaining budget gets a timer of its own.
- */
-function bounded<T>(
-  r: Resolved,
-  operation: string,
-  key: string,
-  call: () => Promise<T>,
-  ms: number,
-): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    let timer: ReturnType<Clock["setTimeout"]> | undefined;
-    let deadline: Scheduled | undefined;
-    const expire = () => reject(timeoutError(r, operation, key, r.storeTimeoutMs));
-    if (ms === r.storeTimeoutMs) deadline = schedule(r.clock, ms, new Scheduled(expire));
-    else timer = r.clock.setTimeout(expire, ms);
-    const settle = () => {
-      cancel(deadline);
-      if (timer !== undefined) r.clock.clearTimeout(timer);
-    };
-    let pending: Promise<T>;
-    try {
-      pending = call();
-    } catch (error) {
-      pending = Promise.reject(error);
-    }
-    pending.then(
-      (value) => {
-        settle();
-        resolve(value);
-      },
-      (error: unknown) => {
-        settle();
-        reject(error);
-      },
-    );
-  });
-}
-
-/**
- * Runs a store call within the `storeTimeoutMs` budget, retrying `StorageError`s while budget and
- * retries remain; every driver failure surfaces as `StorageError`, and so does the deadline.
- */
-async function storeCall<T>(r: Resolved, operation: string, key: string, call: () => Promise<T>): Promise<T> {
-  const start = r.clock.now();
-  for (let attempt = 0; ; attempt++) {
-    const remaining = attempt === 0 ? r.storeTimeoutMs : r.storeTimeoutMs - (r.clock.now() - start);
-    try {
-      if (remaining <= 0) throw timeoutError(r, operation, key, r.storeTimeoutMs);
-      return await bounded(r, operation, key, call, remaining);
-    } catch (cause) {
-      const error = storageError(r.backend.name, operation, key, cause);
-      const backoff = 20 * 4 ** attempt;
-      const left = r.storeTimeoutMs - (r.clock.now() - start);
-      if (!(error instanceof StorageError) || attempt >= r.retries || left <= backoff) throw error;
-      await pause(backoff);
-    }
+  if (tokenOffset + 16 > tokenPool.length) {
+    tokenPool = randomBytes(TOKEN_POOL);
+    tokenOffset = 0;
   }
+  const token = tokenPool.toString("hex", tokenOffset, tokenOffset + 16);
+  tokenOffset += 16;
+  return token;
 }
 
 interface Acquired {
@@ -387,53 +328,31 @@ function inProgress(
   });
 }
 
+/** What work sees: the claim's key and fence, and the heartbeat's lazily built signal. */
+class ClaimContext implements WorkContext {
+  readonly key: string;
+  readonly fence: number;
+  readonly #heartbeat: Heartbeat;
+
+  constructor(claim: Claim, heartbeat: Heartbeat) {
+    this.key = claim.key;
+    this.fence = claim.fence;
+    this.#heartbeat = heartbeat;
+  }
+
+  get signal(): AbortSignal {
+    return this.#heartbeat.signal;
+  }
+}
+
 /**
  * Runs work under a claim with the heartbeat (or, with it off, the lease's abort deadline) and the
  * abort signal wired; both stop either way.
  */
 async function runUnderClaim<T>(r: Resolved, claim: Claim, sentAt: number, work: Work<T>): Promise<T> {
-  // AbortController is costly on Node 20: build it only when work reads `signal`.
-  let controller: AbortController | undefined;
-  let lost: LeaseLostError | undefined;
-  const heartbeat = new Heartbeat(
-    {
-      backendName: r.backend.name,
-      clock: r.clock,
-      leaseMs: r.leaseMs,
-      // One bounded attempt per beat: the heartbeat retries on its own cadence until its deadline.
-      renew: (c) =>
-        bounded(r, "renew", c.key, () => r.backend.renew(c, r.leaseMs), r.storeTimeoutMs).catch((cause) => {
-          throw storageError(r.backend.name, "renew", c.key, cause);
-        }),
-      renewFailed: (c, error) => r.emit(EventType.StorageError, { fence: c.fence, error, detail: "renew" }),
-    },
-    claim,
-    sentAt,
-    r.heartbeat,
-    (error) => {
-      lost = error;
-      r.emit(EventType.LeaseLost, { fence: claim.fence, error });
-      try {
-        r.logger.warn({ backend: r.backend.name, fence: claim.fence }, error.message);
-      } catch {
-        // a logger that throws gets no second chance
-      }
-      controller?.abort(error);
-    },
-  );
-  const context: WorkContext = {
-    key: claim.key,
-    fence: claim.fence,
-    get signal() {
-      if (controller === undefined) {
-        controller = new AbortController();
-        if (lost !== undefined) controller.abort(lost);
-      }
-      return controller.signal;
-    },
-  };
+  const heartbeat = new Heartbeat(r, claim, sentAt, r.heartbeat);
   try {
-    return await work(context);
+    return await work(new ClaimContext(claim, heartbeat));
   } finally {
     heartbeat.stop();
   }

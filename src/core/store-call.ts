@@ -1,0 +1,136 @@
+/**
+ * Every store call the core makes is bounded (SPEC §3, "bounded store calls"): a call that has not
+ * answered within `storeTimeoutMs` counts as failed, and retries share that one budget. A call past
+ * its deadline keeps running in the driver; its late answer is ignored (claims carry a token, so a
+ * late win is re-affirmed by a retry; completes, releases and renewals are fenced).
+ */
+import type { Clock } from "./clock.js";
+import { StorageError, storageError } from "./errors.js";
+import { cancel, Scheduled, schedule } from "./scheduler.js";
+
+/** What a bounded call needs to know about its caller. */
+export interface StoreCallHost {
+  readonly backend: { readonly name: string };
+  readonly clock: Clock;
+  /** The budget of one operation, its retries included. */
+  readonly storeTimeoutMs: number;
+  /** How many times a `StorageError` is retried within the budget. */
+  readonly retries: number;
+}
+
+function timeoutError(host: StoreCallHost, operation: string, key: string): StorageError {
+  return new StorageError(`${operation} did not answer within ${host.storeTimeoutMs} ms (storeTimeoutMs)`, {
+    backend: host.backend.name,
+    operation,
+    key,
+  });
+}
+
+/** One call in flight: its own deadline event, settled by whichever comes first. */
+class InFlight<T> extends Scheduled {
+  readonly #host: StoreCallHost;
+  readonly #operation: string;
+  readonly #key: string;
+  readonly #timer: ReturnType<Clock["setTimeout"]> | undefined;
+  resolve!: (value: T) => void;
+  reject!: (error: unknown) => void;
+  settled = false;
+
+  constructor(host: StoreCallHost, operation: string, key: string, ms: number) {
+    super();
+    this.#host = host;
+    this.#operation = operation;
+    this.#key = key;
+    // First attempts share one timer queue per deadline length (the hot path); a retry's shorter
+    // remaining budget gets a timer of its own.
+    if (ms === host.storeTimeoutMs) schedule(host.clock, ms, this);
+    else this.#timer = host.clock.setTimeout(() => this.run(), ms);
+  }
+
+  override run(): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.reject(timeoutError(this.#host, this.#operation, this.#key));
+  }
+
+  done(): boolean {
+    if (this.settled) return false;
+    this.settled = true;
+    cancel(this);
+    if (this.#timer !== undefined) this.#host.clock.clearTimeout(this.#timer);
+    return true;
+  }
+}
+
+/** One attempt of a store call, bounded by `ms`; the driver's own failure passes through as is. */
+export function bounded<T>(
+  host: StoreCallHost,
+  operation: string,
+  key: string,
+  call: () => Promise<T>,
+  ms = host.storeTimeoutMs,
+): Promise<T> {
+  const flight = new InFlight<T>(host, operation, key, ms);
+  const promise = new Promise<T>((resolve, reject) => {
+    flight.resolve = resolve;
+    flight.reject = reject;
+  });
+  let pending: Promise<T>;
+  try {
+    pending = call();
+  } catch (error) {
+    pending = Promise.reject(error);
+  }
+  pending.then(
+    (value) => {
+      if (flight.done()) flight.resolve(value);
+    },
+    (error: unknown) => {
+      if (flight.done()) flight.reject(error);
+    },
+  );
+  return promise;
+}
+
+const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Runs a store call within the `storeTimeoutMs` budget, retrying `StorageError`s while budget and
+ * retries remain; every driver failure surfaces as `StorageError`, and so does the deadline.
+ */
+export function storeCall<T>(
+  host: StoreCallHost,
+  operation: string,
+  key: string,
+  call: () => Promise<T>,
+): Promise<T> {
+  const start = host.clock.now();
+  return bounded(host, operation, key, call).catch((cause: unknown) =>
+    retry(host, operation, key, call, start, cause),
+  );
+}
+
+async function retry<T>(
+  host: StoreCallHost,
+  operation: string,
+  key: string,
+  call: () => Promise<T>,
+  start: number,
+  firstCause: unknown,
+): Promise<T> {
+  let cause = firstCause;
+  for (let attempt = 0; ; attempt++) {
+    const error = storageError(host.backend.name, operation, key, cause);
+    const backoff = 20 * 4 ** attempt;
+    const left = host.storeTimeoutMs - (host.clock.now() - start);
+    if (!(error instanceof StorageError) || attempt >= host.retries || left <= backoff) throw error;
+    await pause(backoff);
+    const remaining = host.storeTimeoutMs - (host.clock.now() - start);
+    if (remaining <= 0) throw timeoutError(host, operation, key);
+    try {
+      return await bounded(host, operation, key, call, remaining);
+    } catch (next) {
+      cause = next;
+    }
+  }
+}
