@@ -184,21 +184,29 @@ export async function closeDatastore(client: Datastore): Promise<void> {
 }
 
 /**
- * One Datastore emulator for the calling test file: started in `beforeAll`, stopped in `afterAll`.
- * Read `.current` inside tests and hooks.
+ * One emulator for the calling test file: `start` runs in `beforeAll`, `stop()` in `afterAll`. Read
+ * `.current` inside tests and hooks.
  */
-export function useDatastoreEmulator(): { readonly current: DatastoreEmulator } {
-  let emulator: DatastoreEmulator | undefined;
+export function useEmulator<E extends { stop(): Promise<void> }>(
+  what: string,
+  start: () => Promise<E>,
+): { readonly current: E } {
+  let emulator: E | undefined;
   beforeAll(async () => {
-    emulator = await startDatastoreEmulator();
+    emulator = await start();
   }, 90_000);
   afterAll(async () => {
     await emulator?.stop();
   }, 30_000);
   return {
     get current() {
-      if (emulator === undefined) throw new Error("[oncely test] the Datastore emulator is not running");
+      if (emulator === undefined) throw new Error(`[oncely test] the ${what} emulator is not running`);
       return emulator;
     },
   };
+}
+
+/** One Datastore emulator for the calling test file. */
+export function useDatastoreEmulator(): { readonly current: DatastoreEmulator } {
+  return useEmulator("Datastore", () => startDatastoreEmulator());
 }

@@ -4,8 +4,7 @@
  */
 import { join } from "node:path";
 import { Firestore } from "@google-cloud/firestore";
-import { afterAll, beforeAll } from "vitest";
-import { type JavaEmulator, requireJar, startJavaEmulator } from "./datastore-emulator.js";
+import { type JavaEmulator, requireJar, startJavaEmulator, useEmulator } from "./datastore-emulator.js";
 
 const PLATFORM = process.env.ONCELY_GCLOUD_PLATFORM ?? "/usr/lib/google-cloud-sdk/platform";
 
@@ -47,19 +46,7 @@ export async function startFirestoreEmulator(projectId = "oncely-test"): Promise
   };
 }
 
-/** One Firestore emulator for the calling test file: started in `beforeAll`, stopped in `afterAll`. */
+/** One Firestore emulator for the calling test file. */
 export function useFirestoreEmulator(): { readonly current: FirestoreEmulator } {
-  let emulator: FirestoreEmulator | undefined;
-  beforeAll(async () => {
-    emulator = await startFirestoreEmulator();
-  }, 90_000);
-  afterAll(async () => {
-    await emulator?.stop();
-  }, 30_000);
-  return {
-    get current() {
-      if (emulator === undefined) throw new Error("[oncely test] the Firestore emulator is not running");
-      return emulator;
-    },
-  };
+  return useEmulator("Firestore", () => startFirestoreEmulator());
 }

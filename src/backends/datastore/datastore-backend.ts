@@ -4,6 +4,7 @@ import {
   DocumentBackend,
   type DocumentBackendOptions,
   type DocumentStore,
+  refuseReserved,
 } from "../document/document-backend.js";
 import { UNINDEXED_FIELDS } from "../document/record-fields.js";
 import type { DatastoreLike } from "./datastore-client.js";
@@ -104,29 +105,14 @@ export class DatastoreBackend extends DocumentBackend {
     }
     const kind = validateIdentifier("datastore", "kind", options.kind ?? "OncelyRecord");
     const namespace = validateNamespace("datastore", options.namespace);
-    for (const [what, name] of [
-      ["kind", kind],
-      ["namespace", namespace],
-    ] as const) {
-      if (name !== undefined && /^__.*__$/.test(name)) {
-        throw new ConfigurationError(`${what} ${JSON.stringify(name)} is reserved by Datastore (__…__)`, {
-          backend: "datastore",
-        });
-      }
-    }
+    refuseReserved("datastore", "kind", kind);
+    refuseReserved("datastore", "namespace", namespace);
     super(
       {
         name: "datastore",
         store: datastoreStore(options.datastore, kind, namespace ?? options.datastore.namespace),
         idNamespace: undefined,
         documentLimitBytes: ENTITY_LIMIT_BYTES,
-        capabilities: {
-          serverClock: false,
-          notifications: false,
-          nativeTtl: true,
-          batchClaim: false,
-          multiProcess: true,
-        },
       },
       options,
     );

@@ -92,7 +92,28 @@ export interface DocumentBackendSpec {
   readonly idNamespace: string | undefined;
   /** The store's cap on one document, in bytes. */
   readonly documentLimitBytes: number;
-  readonly capabilities: BackendCapabilities;
+}
+
+/**
+ * What every document backend can do: no server clock (the injected one, see `skewMarginMs`), no
+ * change notifications (waits poll), native TTL once the store's TTL policy on `expiresAt` exists,
+ * and any number of processes on one database.
+ */
+export const DOCUMENT_CAPABILITIES: BackendCapabilities = Object.freeze({
+  serverClock: false,
+  notifications: false,
+  nativeTtl: true,
+  batchClaim: false,
+  multiProcess: true,
+});
+
+/** Refuses a name of the `__…__` form, which Datastore and Firestore reserve for themselves. */
+export function refuseReserved(backend: string, what: string, name: string | undefined): void {
+  if (name !== undefined && /^__.*__$/.test(name)) {
+    throw new ConfigurationError(`${what} ${JSON.stringify(name)} is reserved by the store (__…__)`, {
+      backend,
+    });
+  }
 }
 
 /** A stored `expiresAt` as epoch ms; anything unreadable counts as expired (a corrupt record). */
@@ -127,7 +148,7 @@ export class DocumentBackend implements Backend {
 
   constructor(spec: DocumentBackendSpec, options: DocumentBackendOptions) {
     this.name = spec.name;
-    this.capabilities = spec.capabilities;
+    this.capabilities = DOCUMENT_CAPABILITIES;
     this.#store = spec.store;
     this.#idNamespace = spec.idNamespace;
     this.#clock = options.clock ?? systemClock;

@@ -4,6 +4,7 @@ import {
   DocumentBackend,
   type DocumentBackendOptions,
   type DocumentStore,
+  refuseReserved,
 } from "../document/document-backend.js";
 import type { FirestoreLike, FirestoreSnapshotLike } from "./firestore-client.js";
 
@@ -75,14 +76,7 @@ export class FirestoreBackend extends DocumentBackend {
       );
     }
     const collection = validateIdentifier("firestore", "collection", options.collection ?? "oncely_records");
-    if (/^__.*__$/.test(collection)) {
-      throw new ConfigurationError(
-        `collection ${JSON.stringify(collection)} is reserved by Firestore (__…__)`,
-        {
-          backend: "firestore",
-        },
-      );
-    }
+    refuseReserved("firestore", "collection", collection);
     const namespace = validateNamespace("firestore", options.namespace);
     super(
       {
@@ -90,13 +84,6 @@ export class FirestoreBackend extends DocumentBackend {
         store: firestoreStore(options.firestore, collection),
         idNamespace: namespace,
         documentLimitBytes: DOCUMENT_LIMIT_BYTES,
-        capabilities: {
-          serverClock: false,
-          notifications: false,
-          nativeTtl: true,
-          batchClaim: false,
-          multiProcess: true,
-        },
       },
       options,
     );
