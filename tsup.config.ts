@@ -8,6 +8,8 @@ export default defineConfig([
       redis: "src/backends/redis/index.ts",
       pubsub: "src/pubsub/index.ts",
       testing: "src/testing/index.ts",
+      datastore: "src/backends/datastore/index.ts",
+      firestore: "src/backends/firestore/index.ts",
       dynamodb: "src/backends/dynamodb/index.ts",
       postgres: "src/postgres.ts",
     },
