@@ -12,6 +12,7 @@ export default defineConfig([
       firestore: "src/backends/firestore/index.ts",
       dynamodb: "src/backends/dynamodb/index.ts",
       postgres: "src/postgres.ts",
+      mysql: "src/backends/mysql/index.ts",
     },
     format: ["esm", "cjs"],
     dts: true,

@@ -9,8 +9,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
 import { Redis } from "ioredis";
+import mysql from "mysql2/promise";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MysqlBackend } from "../../src/backends/mysql/index.js";
 import { PostgresBackend } from "../../src/backends/postgres/index.js";
 import { RedisBackend } from "../../src/backends/redis/index.js";
 import { SqliteBackend } from "../../src/backends/sqlite/index.js";
@@ -34,6 +36,20 @@ beforeAll(async () => {
 afterAll(async () => {
   await pgPool.query(`DROP SCHEMA IF EXISTS "${pgSchema}" CASCADE`);
   await pgPool.end();
+});
+// MariaDB/MySQL: a database of this file's own, dropped afterwards
+const mysqlUrl = process.env.ONCELY_MYSQL_URL ?? "mysql://root@127.0.0.1:3306/test";
+const mysqlDatabase = `oncely_model_${process.pid}_${Date.now().toString(36)}`;
+const mysqlAdmin = mysql.createPool({ uri: mysqlUrl, connectionLimit: 1 });
+const mysqlPool = mysql.createPool({ uri: mysqlUrl, database: mysqlDatabase, connectionLimit: 4 });
+beforeAll(async () => {
+  await mysqlAdmin.query(`CREATE DATABASE \`${mysqlDatabase}\``);
+  await new MysqlBackend({ pool: mysqlPool }).migrate();
+});
+afterAll(async () => {
+  await mysqlPool.end();
+  await mysqlAdmin.query(`DROP DATABASE IF EXISTS \`${mysqlDatabase}\``);
+  await mysqlAdmin.end();
 });
 
 type Op =
@@ -104,6 +120,7 @@ const subjects: { name: string; make: (ns: string) => Backend }[] = [
     make: (namespace) =>
       new PostgresBackend({ pool: pgPool, schema: pgSchema, namespace, notifications: false }),
   },
+  { name: "mysql (MariaDB)", make: (namespace) => new MysqlBackend({ pool: mysqlPool, namespace }) },
 ];
 
 describe.each(subjects)("model: $name answers every random sequence like the §2 reference", ({ make }) => {

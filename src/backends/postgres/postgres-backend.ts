@@ -368,7 +368,7 @@ export class PostgresBackend implements Backend {
       key,
     });
     const row = rows[0];
-    if (row === undefined) return undefined;
+    if (row === undefined || row.found === null) return undefined;
     return visible(rowToObserved(row as RecordRow), int(row.now_ms, "now"));
   }
 

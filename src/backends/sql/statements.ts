@@ -5,11 +5,14 @@
  * differ per store (PostgreSQL decides in one statement, MySQL and SQLite run `planClaim`), so they
  * live with their dialects.
  */
-import { columnList, READ_COLUMNS } from "./columns.js";
+import { READ_COLUMNS } from "./columns.js";
 import { type Compiled, compile, type SqlDialect } from "./dialect.js";
 
 export interface SharedStatements {
-  /** The row under (namespace, key) and the clock's now (`now_ms`). */
+  /**
+   * One row: `now_ms` (the clock's now), `found` (NULL when there is no record) and the record's
+   * columns.
+   */
   readonly select: Compiled<"namespace" | "key">;
   readonly complete: Compiled<"namespace" | "key" | "fence" | "result" | "ttl">;
   readonly release: Compiled<"namespace" | "key" | "fence" | "ttl">;
@@ -37,7 +40,9 @@ export function sharedSources(dialect: SqlDialect, table: string): SharedSources
   const now = dialect.nowMs;
   const row = `namespace = :namespace AND ${key} = :key`;
   return {
-    select: `SELECT ${columnList(dialect.quote, READ_COLUMNS)}, ${now} AS now_ms FROM ${table} WHERE ${row}`,
+    // always one row: the clock's now, and the record's columns (all NULL when there is none)
+    select: `SELECT ${now} AS now_ms, r.namespace AS found, ${READ_COLUMNS.map((c) => `r.${dialect.quote(c)}`).join(", ")}
+      FROM (SELECT 1 AS one) o LEFT JOIN ${table} r ON r.namespace = :namespace AND r.${key} = :key`,
     // mirrors planComplete: absent, corrupt or another fence → no row matches (false); done with this
     // fence → the row matches and keeps its values (true: a retried complete whose answer was lost);
     // claimed with this fence → done, no lease check. `state` is assigned last: MySQL evaluates SET
