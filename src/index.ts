@@ -45,6 +45,7 @@ export {
   type SurfaceSpec,
 } from "./core/guard.js";
 export { type ScopedLogger, safeText, scopedLogger } from "./core/log.js";
+export { structuredCodec } from "./core/structured-codec.js";
 export {
   type Backend,
   type BackendCapabilities,
