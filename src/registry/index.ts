@@ -41,6 +41,7 @@
  * Drivers are optional peers: nothing here may import a driver or a backend module statically.
  */
 import { ConfigurationError } from "../core/errors.js";
+import { dynamodb } from "./dynamodb.js";
 import { redis } from "./redis.js";
 import { sqlite } from "./sqlite.js";
 import type { OpenedBackend, OpenOptions, RegistryEntry } from "./types.js";
@@ -52,6 +53,7 @@ export type { OpenedBackend, OpenOptions, RegistryEntry } from "./types.js";
 export const ENTRIES: readonly RegistryEntry[] = [
   sqlite,
   redis,
+  dynamodb,
   // postgres, mysql, datastore, firestore, dynamodb: added by their helpers, one line each.
 ];
 

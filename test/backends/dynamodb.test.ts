@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, it } from "vitest";
 import { createDynamoDBTable, DynamoDBBackend } from "../../src/backends/dynamodb/index.js";
 import { newToken } from "../../src/core/verbs.js";
 import { type ClaimOutcome, ConfigurationError, lock, ManualClock } from "../../src/index.js";
+import { checkBackendUrl, openBackend } from "../../src/registry/index.js";
 import { backendContract } from "../../src/testing/index.js";
 import { type Dynalite, startDynalite } from "../support/dynalite.js";
 import { startTcpProxy } from "../support/tcp-proxy.js";
@@ -304,5 +305,37 @@ describe("dynamodb backend: beyond the contract", () => {
     });
     const missing = new DynamoDBBackend({ client: server.client(), table: "no_such_table" });
     await assert.rejects(missing.get("k"), /\[oncely\] \[dynamodb\] get failed: .*(not found|non-existent)/i);
+  });
+
+  it("opens from a dynamodb:// URL (creating the table with create=1) and refuses malformed ones", async () => {
+    const server = servers.plain.server as Dynalite;
+    const table = `reg_${randomUUID().slice(0, 8)}`;
+    const url = `dynamodb://127.0.0.1:${server.port}?table=${table}&region=eu-west-1&create=1`;
+    const opened = await openBackend(url, { namespace: "reg" });
+    try {
+      assert.equal(opened.backend.name, "dynamodb");
+      assert.match(opened.label, new RegExp(`DynamoDB http://127.0.0.1:${server.port} table ${table}`));
+      const k = `k-${randomUUID()}`;
+      const claim = won(await opened.backend.claim(k, options()));
+      assert.equal(await opened.backend.complete(claim, { ttlMs: 60_000 }), true);
+      // a second opener of the same URL finds the table and the record
+      const again = await openBackend(url, { namespace: "reg" });
+      assert.equal((await again.backend.get(k))?.state, "done");
+      await again.close();
+    } finally {
+      await opened.close();
+    }
+    for (const bad of [
+      "dynamodb://127.0.0.1:1?tabel=x",
+      "dynamodb://user:pw@127.0.0.1:1",
+      "dynamodb://127.0.0.1:1/path",
+      "dynamodb://127.0.0.1:1?create=maybe",
+    ]) {
+      assert.throws(() => checkBackendUrl(bad), ConfigurationError, bad);
+    }
+    await assert.rejects(
+      openBackend(`dynamodb://127.0.0.1:${server.port}?table=missing_${randomUUID().slice(0, 8)}`),
+      /\[oncely\] \[dynamodb\] connect to dynamodb:\/\/127\.0\.0\.1.* table missing_\w+ does not exist/,
+    );
   });
 });
