@@ -7,16 +7,22 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { Datastore } from "@google-cloud/datastore";
+import type { Firestore } from "@google-cloud/firestore";
 import fc from "fast-check";
 import { Redis } from "ioredis";
 import mysql from "mysql2/promise";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DatastoreBackend } from "../../src/backends/datastore/index.js";
+import { FirestoreBackend } from "../../src/backends/firestore/index.js";
 import { MysqlBackend } from "../../src/backends/mysql/index.js";
 import { PostgresBackend } from "../../src/backends/postgres/index.js";
 import { RedisBackend } from "../../src/backends/redis/index.js";
 import { SqliteBackend } from "../../src/backends/sqlite/index.js";
 import { type Backend, type Claim, type ClaimOutcome, ManualClock, MemoryBackend } from "../../src/index.js";
+import { useDatastoreEmulator } from "../support/datastore-emulator.js";
+import { useFirestoreEmulator } from "../support/firestore-emulator.js";
 
 const dir = mkdtempSync(join(tmpdir(), "oncely-model-"));
 const redis = new Redis(process.env.ONCELY_REDIS_URL ?? "redis://127.0.0.1:6379");
@@ -51,6 +57,12 @@ afterAll(async () => {
   await mysqlAdmin.query(`DROP DATABASE IF EXISTS \`${mysqlDatabase}\``);
   await mysqlAdmin.end();
 });
+
+// Datastore and Firestore: one emulator each for this file, one client each for all sequences
+const datastoreEmulator = useDatastoreEmulator();
+const firestoreEmulator = useFirestoreEmulator();
+let datastore: Datastore | undefined;
+let firestore: Firestore | undefined;
 
 type Op =
   | { op: "claim"; token: number; fingerprint: boolean }
@@ -121,6 +133,16 @@ const subjects: { name: string; make: (ns: string) => Backend }[] = [
       new PostgresBackend({ pool: pgPool, schema: pgSchema, namespace, notifications: false }),
   },
   { name: "mysql (MariaDB)", make: (namespace) => new MysqlBackend({ pool: mysqlPool, namespace }) },
+  {
+    name: "datastore (emulator)",
+    make: (namespace) =>
+      new DatastoreBackend({ datastore: (datastore ??= datastoreEmulator.current.client()), namespace }),
+  },
+  {
+    name: "firestore (emulator)",
+    make: (namespace) =>
+      new FirestoreBackend({ firestore: (firestore ??= firestoreEmulator.current.client()), namespace }),
+  },
 ];
 
 describe.each(subjects)("model: $name answers every random sequence like the §2 reference", ({ make }) => {
