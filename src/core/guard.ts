@@ -85,7 +85,11 @@ export interface SurfaceSpec<S> {
   key(subject: S): string | undefined;
   /** Short structured fields for log lines (ids, attempt numbers). Values are made safe here. */
   fields(subject: S): Record<string, unknown>;
-  /** A short description for log lines, e.g. `message 123 (deliveryAttempt 2)`. Made safe here. */
+  /**
+   * A short description for log lines, e.g. `message 123 (deliveryAttempt 2)`. Escaped and capped
+   * at 300 characters here; bound each piece of delivery text yourself (`safeText(id, 100)`) so the
+   * cap never cuts the words that follow it.
+   */
   label(subject: S): string;
   /** Why a subject without a key is refused (no user key function configured). */
   noKey?(subject: S): string;
@@ -302,7 +306,7 @@ export class Guard<S, T = unknown> {
 
   #label(subject: S): string {
     try {
-      return safeText(this.#surface.label(subject));
+      return safeText(this.#surface.label(subject), 300);
     } catch {
       return this.#surface.name;
     }

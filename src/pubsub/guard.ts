@@ -16,6 +16,7 @@ import {
   isDisabled,
   type SurfaceSpec,
 } from "../core/guard.js";
+import { safeText } from "../core/log.js";
 import { defaultKey, type PubSubMessage } from "./message.js";
 
 export { type BackendFactory, DISABLED_ENV, extendContext, type GuardOutcome, isDisabled };
@@ -49,7 +50,7 @@ const pubsubSurface = (wrapper: string, batchClaims: boolean): SurfaceSpec<PubSu
   key: defaultKey,
   fields: (message) => ({ messageId: message.messageId, deliveryAttempt: message.deliveryAttempt }),
   label: (message) =>
-    `message ${message.messageId ?? "(no id)"} (deliveryAttempt ${message.deliveryAttempt ?? "unknown"})`,
+    `message ${message.messageId === undefined ? "(no id)" : safeText(message.messageId, 100)} (deliveryAttempt ${safeText(message.deliveryAttempt ?? "unknown", 20)})`,
   noKey: (message) =>
     `the ${message.form} delivery carries no message id to key on; pass a key function (or allowUnguarded)`,
   retry: "nack so Pub/Sub redelivers",
