@@ -15,6 +15,7 @@ import mysql from "mysql2/promise";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DatastoreBackend } from "../../src/backends/datastore/index.js";
+import { DynamoDBBackend } from "../../src/backends/dynamodb/index.js";
 import { FirestoreBackend } from "../../src/backends/firestore/index.js";
 import { MysqlBackend } from "../../src/backends/mysql/index.js";
 import { PostgresBackend } from "../../src/backends/postgres/index.js";
@@ -22,6 +23,7 @@ import { RedisBackend } from "../../src/backends/redis/index.js";
 import { SqliteBackend } from "../../src/backends/sqlite/index.js";
 import { type Backend, type Claim, type ClaimOutcome, ManualClock, MemoryBackend } from "../../src/index.js";
 import { useDatastoreEmulator } from "../support/datastore-emulator.js";
+import { type Dynalite, startDynalite } from "../support/dynalite.js";
 import { useFirestoreEmulator } from "../support/firestore-emulator.js";
 
 const dir = mkdtempSync(join(tmpdir(), "oncely-model-"));
@@ -63,6 +65,23 @@ const datastoreEmulator = useDatastoreEmulator();
 const firestoreEmulator = useFirestoreEmulator();
 let datastore: Datastore | undefined;
 let firestore: Firestore | undefined;
+
+// DynamoDB: dynalite as shipped (no item with a failed condition) and returning it, as DynamoDB does
+type DynamoSlot = { server: Dynalite; table: string; client: ReturnType<Dynalite["client"]> };
+const dynalites: { plain?: DynamoSlot; allOld?: DynamoSlot } = {};
+beforeAll(async () => {
+  for (const mode of ["plain", "allOld"] as const) {
+    const server = await startDynalite({ returnOldOnConditionFailure: mode === "allOld" });
+    dynalites[mode] = { server, table: await server.table(), client: server.client() };
+  }
+}, 60_000);
+afterAll(async () => {
+  for (const slot of Object.values(dynalites)) await slot.server.stop();
+});
+const dynamodb = (mode: "plain" | "allOld", namespace: string) => {
+  const { client, table } = dynalites[mode] as DynamoSlot;
+  return new DynamoDBBackend({ client, table, namespace });
+};
 
 type Op =
   | { op: "claim"; token: number; fingerprint: boolean }
@@ -143,6 +162,8 @@ const subjects: { name: string; make: (ns: string) => Backend }[] = [
     make: (namespace) =>
       new FirestoreBackend({ firestore: (firestore ??= firestoreEmulator.current.client()), namespace }),
   },
+  { name: "dynamodb (dynalite)", make: (namespace) => dynamodb("plain", namespace) },
+  { name: "dynamodb (dynalite + ALL_OLD)", make: (namespace) => dynamodb("allOld", namespace) },
 ];
 
 describe.each(subjects)("model: $name answers every random sequence like the §2 reference", ({ make }) => {
