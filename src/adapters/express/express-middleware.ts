@@ -1,0 +1,90 @@
+import type { ServerResponse } from "node:http";
+import { BYPASS_HEADER, HttpGuard } from "../../http/http-guard.js";
+import type { HttpIdempotencyOptions } from "../../http/options.js";
+import { type ParsedRequestLike, requestBody, splitUrl } from "../node/request-body.js";
+import { ResponseCapture, sendStored } from "../node/response-capture.js";
+
+/**
+ * The subset of an Express (4 or 5) request the middleware reads: Node's `IncomingMessage` plus
+ * `originalUrl` and a parsed `body` (typed structurally: no dependency on Express's types).
+ */
+export interface ExpressRequestLike extends ParsedRequestLike {
+  readonly originalUrl?: string;
+}
+
+/** Express's `next`. */
+export type ExpressNext = (error?: unknown) => void;
+
+/** An Express middleware (the shape Express 4 and 5 both call). */
+export type ExpressMiddleware<Req extends ExpressRequestLike = ExpressRequestLike> = (
+  req: Req,
+  res: ServerResponse,
+  next: ExpressNext,
+) => void;
+
+/**
+ * Express middleware for `Idempotency-Key` (SPEC §6), for Express 5 and 4. Mount it on the routes it
+ * guards (`app.post("/orders", idempotency(opts), handler)` or `app.use("/orders", …)`); it works
+ * mounted before or after `express.json()`, `express.raw()`, `express.text()` and
+ * `express.urlencoded()` (forms with `extended: false`, Express 5's default), with the same
+ * fingerprint either way: mounted before, it reads the body and leaves it in the stream for the parser.
+ *
+ * The handler's response is held back until the record is stored, then sent; a replay is the stored
+ * status, headers and body with `Idempotent-Replayed: true`. Errors the handler passes to `next` reach
+ * your error handlers as usual (their 5xx response releases the key). `scope` receives the `req`.
+ * Behaviour and options as `withIdempotency` (`oncely/http`).
+ *
+ * @throws ConfigurationError at mount time for options that cannot work
+ */
+export function idempotency<Req extends ExpressRequestLike = ExpressRequestLike>(
+  options: HttpIdempotencyOptions<Req>,
+): ExpressMiddleware<Req> {
+  const guard = new HttpGuard<Req>(options, "idempotency (express)");
+
+  async function guarded(req: Req, res: ServerResponse, next: ExpressNext, key: string): Promise<void> {
+    const { path, query } = splitUrl(req.originalUrl ?? req.url ?? "/");
+    const method = (req.method ?? "GET").toUpperCase();
+    const body = await requestBody(req, guard.maxRequestBytes);
+    const capture = new ResponseCapture(res, guard.maxResponseBytes);
+    const decision = await guard.execute(
+      { method, path, query, contentType: req.headers["content-type"], body },
+      key,
+      req,
+      () => {
+        capture.start();
+        next();
+        return capture.result;
+      },
+    );
+    switch (decision.kind) {
+      case "deliver":
+        capture.release();
+        return;
+      case "answer":
+        capture.abandon();
+        sendStored(res, decision.response);
+        return;
+      case "bypass":
+        res.setHeader(BYPASS_HEADER, decision.reason);
+        next();
+        return;
+      case "throw":
+        capture.abandon();
+        next(decision.error);
+        return;
+    }
+  }
+
+  return function idempotencyMiddleware(req: Req, res: ServerResponse, next: ExpressNext): void {
+    const admission = guard.admit(req.method ?? "GET", req.headers["idempotency-key"]);
+    if (admission.kind === "pass") {
+      next();
+      return;
+    }
+    if (admission.kind === "answer") {
+      sendStored(res, admission.response);
+      return;
+    }
+    guarded(req, res, next, admission.key).catch(next);
+  };
+}

@@ -1,0 +1,214 @@
+import { Transform, type TransformCallback } from "node:stream";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { RequestBody } from "../../http/fingerprint.js";
+import { BYPASS_HEADER, type CapturedResponse, type HttpDecision, HttpGuard } from "../../http/http-guard.js";
+import type { HttpIdempotencyOptions } from "../../http/options.js";
+import type { StoredResponse } from "../../http/stored-response.js";
+import { splitUrl } from "../node/request-body.js";
+
+/** Options of the Fastify plugin: `scope` receives the Fastify `request`. */
+export type FastifyIdempotencyOptions = HttpIdempotencyOptions<FastifyRequest>;
+
+/** What one guarded request carries from hook to hook. */
+interface Pending {
+  readonly key: string;
+  body?: BodyTee | undefined;
+  tooLarge?: boolean;
+  /** Set once the handler runs under the guard: resolves the capture, awaits the decision. */
+  settle?: ((captured: CapturedResponse) => void) | undefined;
+  decision?: Promise<HttpDecision> | undefined;
+  streamed?: boolean;
+}
+
+/**
+ * Records the body bytes Fastify's parser reads (up to a limit) while passing them through, so the
+ * fingerprint is computed from the raw bytes whatever parser runs.
+ */
+class BodyTee extends Transform {
+  readonly #maxBytes: number;
+  readonly #chunks: Buffer[] = [];
+  #size = 0;
+  #overflow = false;
+  /** Mirrors the source's count, which Fastify compares with `Content-Length`. */
+  receivedEncodedLength = 0;
+
+  constructor(maxBytes: number) {
+    super();
+    this.#maxBytes = maxBytes;
+  }
+
+  override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
+    this.receivedEncodedLength += chunk.length;
+    if (!this.#overflow) {
+      this.#size += chunk.length;
+      if (this.#size > this.#maxBytes) {
+        this.#overflow = true;
+        this.#chunks.length = 0;
+      } else {
+        this.#chunks.push(chunk);
+      }
+    }
+    callback(null, chunk);
+  }
+
+  body(): RequestBody | "too_large" {
+    if (this.#overflow) return "too_large";
+    if (this.#size === 0) return { kind: "none" };
+    return { kind: "bytes", bytes: Buffer.concat(this.#chunks, this.#size) };
+  }
+}
+
+function isStream(payload: unknown): boolean {
+  return (
+    typeof payload === "object" &&
+    payload !== null &&
+    typeof (payload as { pipe?: unknown }).pipe === "function"
+  );
+}
+
+function sendStored(reply: FastifyReply, response: StoredResponse): FastifyReply {
+  const grouped = new Map<string, string[]>();
+  for (const [name, value] of response.headers) {
+    const values = grouped.get(name);
+    if (values === undefined) grouped.set(name, [value]);
+    else values.push(value);
+  }
+  reply.code(response.status);
+  for (const [name, values] of grouped) reply.header(name, values.length === 1 ? values[0] : values);
+  return reply.send(Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength));
+}
+
+/**
+ * Fastify 5 plugin for `Idempotency-Key` (SPEC §6): `await app.register(idempotency, options)`.
+ *
+ * Encapsulation-aware: it guards the routes of the context it is registered in (and that context's
+ * children), not its siblings — register it inside a plugin to guard only that plugin's routes.
+ * The body is fingerprinted from the raw bytes Fastify's parser reads; the claim is made in
+ * `preHandler` (after your `onRequest`/`preValidation` authentication, so `scope` can read
+ * `request.user`); the handler's serialized response is stored in `onSend`, before it is written.
+ * Behaviour and options as `withIdempotency` (`oncely/http`).
+ */
+export async function idempotency(
+  fastify: FastifyInstance,
+  options: FastifyIdempotencyOptions,
+): Promise<void> {
+  const guard = new HttpGuard<FastifyRequest>(options, "idempotency (fastify)");
+  const pending = new WeakMap<FastifyRequest, Pending>();
+
+  fastify.addHook("onRequest", async (request, reply) => {
+    const admission = guard.admit(request.method, request.headers["idempotency-key"]);
+    if (admission.kind === "pass") return;
+    if (admission.kind === "answer") return sendStored(reply, admission.response);
+    pending.set(request, { key: admission.key });
+    return;
+  });
+
+  fastify.addHook("preParsing", async (request, _reply, payload) => {
+    const state = pending.get(request);
+    if (state === undefined) return payload;
+    const declared = request.headers["content-length"];
+    if (declared !== undefined && guard.requestTooLarge(Number(declared))) {
+      state.tooLarge = true;
+      return payload;
+    }
+    const tee = new BodyTee(guard.maxRequestBytes);
+    payload.on("error", (error) => tee.destroy(error));
+    state.body = tee;
+    return payload.pipe(tee);
+  });
+
+  fastify.addHook("preHandler", async (request, reply) => {
+    const state = pending.get(request);
+    if (state === undefined) return;
+    const { path, query } = splitUrl(request.url);
+    const body: RequestBody | "too_large" =
+      state.tooLarge === true ? "too_large" : (state.body?.body() ?? { kind: "none" });
+    let started: () => void = () => {};
+    const running = new Promise<"started">((resolve) => {
+      started = () => resolve("started");
+    });
+    const decision = guard.execute(
+      {
+        method: request.method.toUpperCase(),
+        path,
+        query,
+        contentType: request.headers["content-type"],
+        body,
+      },
+      state.key,
+      request,
+      () =>
+        new Promise<CapturedResponse>((resolve) => {
+          state.settle = resolve;
+          started();
+        }),
+    );
+    const first = await Promise.race([decision, running]);
+    if (first === "started") {
+      state.decision = decision;
+      return;
+    }
+    pending.delete(request);
+    switch (first.kind) {
+      case "answer":
+        return sendStored(reply, first.response);
+      case "bypass":
+        reply.header(BYPASS_HEADER, first.reason);
+        return;
+      case "throw":
+        throw first.error;
+      case "deliver":
+        return;
+    }
+  });
+
+  fastify.addHook("onSend", async (request, reply, payload) => {
+    const state = pending.get(request);
+    if (state?.settle === undefined || state.decision === undefined) return payload;
+    const settle = state.settle;
+    state.settle = undefined;
+    if (isStream(payload)) {
+      reply.header(BYPASS_HEADER, "streamed");
+      state.streamed = true;
+      state.settle = settle;
+      return payload;
+    }
+    const body =
+      payload === undefined || payload === null
+        ? Buffer.alloc(0)
+        : typeof payload === "string"
+          ? Buffer.from(payload)
+          : (payload as Buffer);
+    if (body.length > guard.maxResponseBytes) {
+      reply.header(BYPASS_HEADER, "response-too-large");
+      settle({ kind: "passed_through", reason: "response-too-large", status: reply.statusCode });
+    } else {
+      const headers: Array<readonly [string, string]> = [];
+      for (const [name, value] of Object.entries(reply.getHeaders())) {
+        if (value === undefined) continue;
+        if (Array.isArray(value)) for (const item of value) headers.push([name, String(item)]);
+        else headers.push([name, String(value)]);
+      }
+      settle({ kind: "buffered", response: { status: reply.statusCode, headers, body } });
+    }
+    // The record is committed (or the key released) before the payload is written.
+    await state.decision;
+    return payload;
+  });
+
+  fastify.addHook("onResponse", async (request, reply) => {
+    const state = pending.get(request);
+    if (state === undefined) return;
+    pending.delete(request);
+    // A streamed body has been sent, or the request ended without a payload reaching onSend.
+    state.settle?.({ kind: "passed_through", reason: "streamed", status: reply.statusCode });
+    await state.decision;
+  });
+}
+
+// Registered without a new encapsulation context (what `fastify-plugin` does): the hooks apply to the
+// context `register` was called on, so the plugin guards exactly that context's routes.
+Object.assign(idempotency, {
+  [Symbol.for("skip-override")]: true,
+  [Symbol.for("fastify.display-name")]: "oncely-idempotency",
+});

@@ -1,0 +1,4 @@
+/** `oncely/hono`: `Idempotency-Key` middleware for Hono 4 (SPEC §6). */
+
+export type { HttpIdempotencyOptions, StoredResponse } from "../../http/index.js";
+export { type HonoIdempotencyOptions, idempotency } from "./hono-middleware.js";

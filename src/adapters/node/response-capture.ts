@@ -1,0 +1,189 @@
+/**
+ * Holding a Node `ServerResponse` back until the record is committed (SPEC §6.3): while the handler
+ * runs, `writeHead`, `write`, `end` and `flushHeaders` are intercepted on the instance; a response
+ * ended in one piece is kept whole (status, headers, body) and sent by `release()` once the guard has
+ * stored it. A response that streams (`write` before `end`, `flushHeaders`) or grows past the limit
+ * is sent on at once, marked with the bypass header, and reported as passed through when it ends.
+ */
+import type { OutgoingHttpHeader, OutgoingHttpHeaders, ServerResponse } from "node:http";
+import { BYPASS_HEADER, type BypassReason, type CapturedResponse } from "../../http/http-guard.js";
+import type { StoredResponse } from "../../http/stored-response.js";
+
+type Callback = (error?: Error | null) => void;
+type Chunk = string | Uint8Array;
+
+/** One response's capture. `start()` intercepts; exactly one of `release()`/`passed` ends it. */
+export class ResponseCapture {
+  readonly #res: ServerResponse;
+  readonly #maxBytes: number;
+  readonly #original: Pick<ServerResponse, "writeHead" | "write" | "end" | "flushHeaders">;
+  readonly #chunks: Buffer[] = [];
+  #size = 0;
+  #state: "idle" | "holding" | "held" | "passing" | "released" = "idle";
+  #onEnd: Callback | undefined;
+  #settle: (captured: CapturedResponse) => void = () => {};
+  /** Resolves when the handler's response is complete: held whole, or sent through. */
+  readonly result: Promise<CapturedResponse>;
+
+  constructor(res: ServerResponse, maxBytes: number) {
+    this.#res = res;
+    this.#maxBytes = maxBytes;
+    this.#original = {
+      writeHead: res.writeHead,
+      write: res.write,
+      end: res.end,
+      flushHeaders: res.flushHeaders,
+    };
+    this.result = new Promise((resolve) => {
+      this.#settle = resolve;
+    });
+  }
+
+  /** Starts intercepting the response's writes. */
+  start(): void {
+    if (this.#state !== "idle") return;
+    this.#state = "holding";
+    const res = this.#res as unknown as Record<string, unknown>;
+    res.writeHead = (...args: unknown[]) => this.#writeHead(args);
+    res.write = (chunk: Chunk, encoding?: BufferEncoding | Callback, callback?: Callback) =>
+      this.#write(chunk, encoding, callback);
+    res.end = (chunk?: Chunk | Callback, encoding?: BufferEncoding | Callback, callback?: Callback) =>
+      this.#end(chunk, encoding, callback);
+    res.flushHeaders = () => {
+      this.#passThrough("streamed");
+      this.#res.flushHeaders();
+    };
+  }
+
+  /** Sends the held response as the handler wrote it (after the guard decided). */
+  release(): void {
+    if (this.#state !== "held") return;
+    this.#restore();
+    this.#state = "released";
+    const body = Buffer.concat(this.#chunks, this.#size);
+    const callback = this.#onEnd;
+    if (callback === undefined) this.#res.end(body);
+    else this.#res.end(body, callback);
+  }
+
+  /** Stops intercepting without sending anything (the guard answers instead, or the handler threw). */
+  abandon(): void {
+    if (this.#state === "holding" || this.#state === "held") this.#restore();
+    this.#state = "released";
+  }
+
+  #restore(): void {
+    const res = this.#res as unknown as Record<string, unknown>;
+    // Own properties shadowed the prototype's methods: deleting them restores the originals.
+    for (const name of ["writeHead", "write", "end", "flushHeaders"] as const) {
+      if (res[name] !== this.#original[name]) delete res[name];
+      if (this.#res[name] !== this.#original[name]) res[name] = this.#original[name];
+    }
+  }
+
+  #writeHead(args: unknown[]): ServerResponse {
+    if (this.#state !== "holding")
+      return (this.#original.writeHead as (...a: unknown[]) => ServerResponse).apply(this.#res, args);
+    const [status, second, third] = args as [number, unknown, unknown];
+    this.#res.statusCode = status;
+    let headers: unknown = second;
+    if (typeof second === "string") {
+      this.#res.statusMessage = second;
+      headers = third;
+    }
+    if (Array.isArray(headers)) {
+      const flat = Array.isArray(headers[0])
+        ? (headers as Array<[string, string]>).flat()
+        : (headers as string[]);
+      for (let i = 0; i + 1 < flat.length; i += 2)
+        appendHeader(this.#res, String(flat[i]), String(flat[i + 1]));
+    } else if (headers !== undefined && headers !== null && typeof headers === "object") {
+      for (const [name, value] of Object.entries(headers as OutgoingHttpHeaders)) {
+        if (value !== undefined) this.#res.setHeader(name, value);
+      }
+    }
+    return this.#res;
+  }
+
+  #write(chunk: Chunk, encoding?: BufferEncoding | Callback, callback?: Callback): boolean {
+    if (this.#state === "holding") this.#passThrough("streamed");
+    return (this.#original.write as (c: Chunk, e?: unknown, cb?: unknown) => boolean).call(
+      this.#res,
+      chunk,
+      encoding,
+      callback,
+    );
+  }
+
+  #end(chunk?: Chunk | Callback, encoding?: BufferEncoding | Callback, callback?: Callback): ServerResponse {
+    if (this.#state !== "holding") {
+      return (this.#original.end as (c?: unknown, e?: unknown, cb?: unknown) => ServerResponse).call(
+        this.#res,
+        chunk,
+        encoding,
+        callback,
+      );
+    }
+    let data: Chunk | undefined;
+    let onEnd: Callback | undefined;
+    if (typeof chunk === "function") onEnd = chunk;
+    else {
+      data = chunk;
+      if (typeof encoding === "function") onEnd = encoding;
+      else onEnd = callback;
+    }
+    if (data !== undefined && data !== null) {
+      const bytes =
+        typeof data === "string"
+          ? Buffer.from(data, typeof encoding === "string" ? encoding : "utf8")
+          : Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+      this.#chunks.push(bytes);
+      this.#size += bytes.length;
+    }
+    if (this.#size > this.#maxBytes) {
+      this.#passThrough("response-too-large");
+      const end = this.#original.end as (cb?: Callback) => ServerResponse;
+      return onEnd === undefined ? end.call(this.#res) : end.call(this.#res, onEnd);
+    }
+    this.#state = "held";
+    this.#onEnd = onEnd;
+    this.#settle({ kind: "buffered", response: this.#snapshot() });
+    return this.#res;
+  }
+
+  /** Sends what was held so far and everything after it straight through, marked. */
+  #passThrough(reason: BypassReason): void {
+    this.#restore();
+    this.#state = "passing";
+    const res = this.#res;
+    if (!res.headersSent) res.setHeader(BYPASS_HEADER, reason);
+    res.once("close", () => this.#settle({ kind: "passed_through", reason, status: res.statusCode }));
+    for (const chunk of this.#chunks) res.write(chunk);
+    this.#chunks.length = 0;
+  }
+
+  #snapshot(): StoredResponse {
+    const headers: Array<readonly [string, string]> = [];
+    for (const [name, value] of Object.entries(this.#res.getHeaders())) {
+      if (value === undefined) continue;
+      if (Array.isArray(value)) for (const item of value) headers.push([name, String(item)]);
+      else headers.push([name, String(value)]);
+    }
+    return { status: this.#res.statusCode, headers, body: Buffer.concat(this.#chunks, this.#size) };
+  }
+}
+
+/** Sends a stored or problem response on a Node response that nothing was written to. */
+export function sendStored(res: ServerResponse, response: StoredResponse): void {
+  res.statusCode = response.status;
+  for (const [name, value] of response.headers) appendHeader(res, name, value);
+  if (response.status === 204 || response.status === 304) res.end();
+  else res.end(Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength));
+}
+
+function appendHeader(res: ServerResponse, name: string, value: string): void {
+  const existing: OutgoingHttpHeader | undefined = res.getHeader(name);
+  if (existing === undefined) res.setHeader(name, value);
+  else if (Array.isArray(existing)) res.setHeader(name, [...existing, value]);
+  else res.setHeader(name, [String(existing), value]);
+}

@@ -1,0 +1,416 @@
+/**
+ * The policy every HTTP surface shares (SPEC §6), as a translator of the core guard's outcomes:
+ * the Fetch API wrapper and the Express, Fastify and Hono adapters only move bytes between their
+ * framework and this class.
+ *
+ * One request, in order:
+ * 1. `admit` (synchronous, no I/O): a method outside `methods` or a missing key (not `required`)
+ *    passes through; a missing required key or a malformed one is answered at once.
+ * 2. `execute`: resolve the scope (fail closed), bypass an oversized request body, derive the stored
+ *    key and the fingerprint, and run the handler under `Guard.run` in `lock` mode with `wait`. The
+ *    adapter's `run` captures the handler's response without sending it; `commit` decides whether it
+ *    is stored (2xx, 4xx with `cacheClientErrors`, never 5xx, never oversized or streamed ones), and
+ *    the guard completes the record before `execute` resolves — the response is sent only after the
+ *    record is committed, never fire-and-forget.
+ * 3. The adapter sends what the `HttpDecision` says: the captured response, a replay, a problem.
+ */
+import type { ReplayedResult, ResultCodec } from "../core/codec.js";
+import { ConfigurationError } from "../core/errors.js";
+import { callHook, EventType, hashKey } from "../core/events.js";
+import { Guard, type GuardContext, type GuardOutcome, type SurfaceSpec } from "../core/guard.js";
+import type { ScopedLogger } from "../core/log.js";
+import { canonicalPath, fingerprint, type RequestBody } from "./fingerprint.js";
+import { parseIdempotencyKey } from "./key-header.js";
+import {
+  DEFAULT_MAX_REQUEST_BYTES,
+  DEFAULT_MAX_RESPONSE_BYTES,
+  DEFAULT_METHODS,
+  DEFAULT_WAIT_MS,
+  type HttpIdempotencyOptions,
+} from "./options.js";
+import { type Compat, type ProblemKind, problemResponse } from "./problem.js";
+import { scopedKey } from "./scope.js";
+import {
+  decodeStoredResponse,
+  encodeStoredResponse,
+  type StoredResponse,
+  storedHeaders,
+} from "./stored-response.js";
+
+/** Marks a response that was delivered but not stored, and why. */
+export const BYPASS_HEADER = "Idempotency-Bypass";
+/** Marks a replayed response (never the first one). */
+export const REPLAYED_HEADER = "Idempotent-Replayed";
+
+/** Why a response was not stored although the request carried a key. */
+export type BypassReason = "request-too-large" | "response-too-large" | "streamed";
+
+/** Stored headers beyond this many bytes make a response too large to store. */
+const MAX_STORED_HEADER_BYTES = 64 * 1024;
+
+/** The parts of a request the policy reads; adapters fill it from their framework. */
+export interface HttpRequestFacts {
+  /** Upper case. */
+  readonly method: string;
+  /** The path as received (not relative to a mount point), without the query. */
+  readonly path: string;
+  /** The query without `?`. */
+  readonly query: string;
+  readonly contentType: string | undefined;
+  /** The body, or `"too_large"` when it exceeds `maxRequestBytes`. */
+  readonly body: RequestBody | "too_large";
+}
+
+/** What the handler's response turned out to be, as the adapter captured it. */
+export type CapturedResponse =
+  /** Held back whole (not yet sent): every header the handler set, and the body bytes. */
+  | { readonly kind: "buffered"; readonly response: StoredResponse }
+  /** Already sent as it was produced (streamed, or grew past `maxResponseBytes`); not stored. */
+  | { readonly kind: "passed_through"; readonly reason: BypassReason; readonly status: number };
+
+/** What `admit` decided before any I/O. */
+export type Admission =
+  | { readonly kind: "pass" }
+  | { readonly kind: "answer"; readonly response: StoredResponse }
+  | { readonly kind: "guard"; readonly key: string };
+
+/** What the adapter does once `execute` resolves. */
+export type HttpDecision =
+  /** Send the captured response (buffered: as captured; passed through: it is already out). */
+  | { readonly kind: "deliver"; readonly captured: CapturedResponse }
+  /** Send this response instead (a replay or a problem); the handler did not run. */
+  | { readonly kind: "answer"; readonly response: StoredResponse; readonly replayed: boolean }
+  /** Run the handler unguarded and mark its response with `BYPASS_HEADER`. */
+  | { readonly kind: "bypass"; readonly reason: BypassReason }
+  /** The handler threw; hand the error to the framework (the key is already released). */
+  | { readonly kind: "throw"; readonly error: unknown };
+
+/** What the handler runs with when it runs under a claim (`fence`, `signal`). */
+export type HandlerContext = GuardContext;
+
+interface HttpSubject {
+  readonly key: string;
+  readonly method: string;
+  readonly path: string;
+}
+
+const surface: SurfaceSpec<HttpSubject> = {
+  name: "http",
+  wrapper: "idempotency",
+  key: (subject) => subject.key,
+  fields: (subject) => ({ method: subject.method, path: subject.path }),
+  label: (subject) => `${subject.method} ${subject.path}`,
+  retry: "the client may retry",
+};
+
+/** The options resolved once per middleware, and the core guard it translates. */
+export class HttpGuard<R> {
+  readonly #guard: Guard<HttpSubject, CapturedResponse>;
+  readonly #options: HttpIdempotencyOptions<R>;
+  readonly #methods: ReadonlySet<string>;
+  readonly #compat: Compat;
+  readonly #maxRequestBytes: number;
+  readonly #maxResponseBytes: number;
+  /** The stored bytes `commit` prepared, handed to the codec when the guard completes the key. */
+  readonly #prepared = new WeakMap<CapturedResponse, Uint8Array>();
+
+  /**
+   * @param wrapper names the entry point in configuration errors (`withIdempotency`, `idempotency`)
+   * @throws ConfigurationError for options that cannot work
+   */
+  constructor(options: HttpIdempotencyOptions<R>, wrapper: string) {
+    if (options === undefined || options === null || typeof options !== "object") {
+      throw new ConfigurationError(`${wrapper}: options with a backend are required`);
+    }
+    const compat = options.compat ?? "ietf";
+    if (compat !== "ietf" && compat !== "stripe") {
+      throw new ConfigurationError(
+        `${wrapper}: compat must be "ietf" or "stripe", got ${JSON.stringify(compat)}`,
+      );
+    }
+    this.#compat = compat;
+    this.#maxRequestBytes = byteLimit(
+      wrapper,
+      "maxRequestBytes",
+      options.maxRequestBytes,
+      DEFAULT_MAX_REQUEST_BYTES,
+    );
+    this.#maxResponseBytes = byteLimit(
+      wrapper,
+      "maxResponseBytes",
+      options.maxResponseBytes,
+      DEFAULT_MAX_RESPONSE_BYTES,
+    );
+    const methods = options.methods ?? DEFAULT_METHODS;
+    if (!Array.isArray(methods) || methods.some((method) => typeof method !== "string")) {
+      throw new ConfigurationError(`${wrapper}: methods must be an array of method names`);
+    }
+    this.#methods = new Set(methods.map((method) => method.toUpperCase()));
+    for (const hook of ["scope", "redact", "onReplay"] as const) {
+      if (options[hook] !== undefined && typeof options[hook] !== "function") {
+        throw new ConfigurationError(`${wrapper}: ${hook} must be a function`);
+      }
+    }
+    this.#options = options;
+    const codec: ResultCodec<CapturedResponse> = {
+      encode: (captured) => {
+        const prepared = this.#prepared.get(captured);
+        if (prepared === undefined) throw new TypeError("only a response accepted by commit is stored");
+        return prepared;
+      },
+      decode: (bytes) => ({ kind: "buffered", response: decodeStoredResponse(bytes) }),
+    };
+    this.#guard = new Guard<HttpSubject, CapturedResponse>(
+      {
+        backend: options.backend,
+        leaseMs: options.leaseMs,
+        ttlMs: options.ttlMs,
+        failOpen: options.failOpen,
+        logger: options.logger,
+        onEvent: options.onEvent,
+        wait: options.wait ?? DEFAULT_WAIT_MS,
+        mode: "lock",
+        codec,
+        // `commit` already refused anything larger; the core's cap must never omit a response.
+        maxResultBytes: Number.MAX_SAFE_INTEGER,
+      },
+      { ...surface, wrapper },
+    );
+    if (options.scope === undefined) {
+      this.#guard.logger.warn(
+        {},
+        `${wrapper}: no scope option, so every caller shares one key space (single-tenant); pass scope: (request) => tenantId when callers must not see each other's responses`,
+      );
+    }
+  }
+
+  /** The surface's scoped logger (`[oncely] [http] …`). */
+  get logger(): ScopedLogger {
+    return this.#guard.logger;
+  }
+
+  /** The configured request body limit, for adapters that read bodies themselves. */
+  get maxRequestBytes(): number {
+    return this.#maxRequestBytes;
+  }
+
+  /** The configured response body limit, for adapters that capture responses themselves. */
+  get maxResponseBytes(): number {
+    return this.#maxResponseBytes;
+  }
+
+  /** Step 1: decides from the method and the header alone. No I/O, never throws. */
+  admit(method: string, header: string | readonly string[] | null | undefined): Admission {
+    if (!this.#methods.has(method.toUpperCase())) return PASS;
+    const parsed = parseIdempotencyKey(header);
+    if (parsed.kind === "key") return { kind: "guard", key: parsed.key };
+    if (parsed.kind === "absent") {
+      if (this.#options.required !== true) return PASS;
+      return this.#answer("key-missing", `${method.toUpperCase()} requests need an Idempotency-Key header`);
+    }
+    return this.#answer("key-malformed", parsed.reason);
+  }
+
+  /**
+   * Step 2: runs `run` (which produces the handler's response and captures it without sending it)
+   * under the guard, and says what to send. Never throws.
+   */
+  async execute(
+    request: HttpRequestFacts,
+    key: string,
+    scopeSource: R,
+    run: (context: HandlerContext) => Promise<CapturedResponse>,
+  ): Promise<HttpDecision> {
+    const path = canonicalPath(request.path);
+    let scope: string | undefined;
+    if (this.#options.scope !== undefined) {
+      const resolved = await this.#scope(scopeSource, request.method, path);
+      if (typeof resolved !== "string") return resolved;
+      scope = resolved;
+    }
+    if (request.body === "too_large") return { kind: "bypass", reason: "request-too-large" };
+    const subject: HttpSubject = {
+      key: scopedKey(key, scope, request.method, path),
+      method: request.method,
+      path,
+    };
+    const outcome = await this.#guard.run(subject, run, {
+      fingerprint: fingerprint({ ...request, path, body: request.body }),
+      commit: (captured) => this.#commit(captured),
+    });
+    if (outcome.kind !== "duplicate") return this.#translate(outcome);
+    const stored = storedOf(outcome.result);
+    if (stored === undefined) return this.#unreadable(outcome.result, subject);
+    return { kind: "answer", response: this.#replay(stored), replayed: true };
+  }
+
+  /** Whether a body of `length` bytes (from `Content-Length`, or counted) is over the request limit. */
+  requestTooLarge(length: number): boolean {
+    return length > this.#maxRequestBytes;
+  }
+
+  async #scope(source: R, method: string, path: string): Promise<string | HttpDecision> {
+    let scope: unknown;
+    try {
+      scope = await this.#options.scope?.(source);
+    } catch (error) {
+      this.logger.error({ method, path, error }, "the scope extractor threw; refused (fail closed)");
+      return {
+        kind: "answer",
+        response: this.#problem("scope-unresolved", "the request's scope could not be resolved"),
+        replayed: false,
+      };
+    }
+    if (typeof scope === "string" && scope.length > 0) return scope;
+    this.logger.warn({ method, path }, "the scope extractor yielded no scope; refused (fail closed)");
+    return {
+      kind: "answer",
+      response: this.#problem(
+        "scope-unresolved",
+        "the request carries no tenant or principal to scope its key to",
+      ),
+      replayed: false,
+    };
+  }
+
+  /** Stores 2xx (and 4xx with `cacheClientErrors`) responses that were held whole and fit. */
+  #commit(captured: CapturedResponse): boolean {
+    if (captured.kind !== "buffered") return false;
+    const { status } = captured.response;
+    const cacheable =
+      (status >= 200 && status < 300) ||
+      (status >= 400 && status < 500 && this.#options.cacheClientErrors === true);
+    if (!cacheable || captured.response.body.length > this.#maxResponseBytes) return false;
+    let stored: StoredResponse = {
+      status,
+      headers: storedHeaders(captured.response.headers),
+      body: captured.response.body,
+    };
+    if (this.#options.redact !== undefined) {
+      try {
+        stored = this.#options.redact(stored);
+        stored = { status: stored.status, headers: storedHeaders(stored.headers), body: stored.body };
+      } catch (error) {
+        this.logger.error(
+          { status, error },
+          "redact threw; the response is not stored and the key is released",
+        );
+        return false;
+      }
+    }
+    const bytes = encodeStoredResponse(stored);
+    if (bytes.length - stored.body.length > MAX_STORED_HEADER_BYTES) return false;
+    this.#prepared.set(captured, bytes);
+    return true;
+  }
+
+  /** A done key whose stored response cannot be decoded: fail closed (500) and say so. */
+  async #unreadable(result: ReplayedResult<CapturedResponse>, subject: HttpSubject): Promise<HttpDecision> {
+    const reason = result.available ? "not_captured" : result.reason;
+    const keyHash = hashKey(subject.key);
+    this.logger.error(
+      { keyHash, method: subject.method, path: subject.path, reason },
+      "the key is done but its stored response cannot be read back; answering 500 until the record expires",
+    );
+    let backend = "unbuilt";
+    try {
+      backend = (await this.#guard.backend()).name;
+    } catch {
+      // the record was read, so the backend exists; keep the placeholder if it cannot be named
+    }
+    callHook(this.logger, "onEvent", this.#options.onEvent, {
+      type: EventType.CorruptRecord,
+      keyHash,
+      backend,
+      latencyMs: 0,
+      detail: `stored response unreadable (${reason})`,
+    });
+    return {
+      kind: "answer",
+      response: this.#problem("replay-unavailable", "the first response to this key cannot be replayed"),
+      replayed: false,
+    };
+  }
+
+  #translate(outcome: Exclude<GuardOutcome<CapturedResponse>, { kind: "duplicate" }>): HttpDecision {
+    switch (outcome.kind) {
+      case "ran":
+      case "not_committed":
+      case "unguarded":
+        return { kind: "deliver", captured: outcome.value };
+      case "contention":
+        return {
+          kind: "answer",
+          response: this.#problem(
+            "in-progress",
+            "a request with this Idempotency-Key is still being processed; retry later",
+            outcome.retryAfterMs,
+          ),
+          replayed: false,
+        };
+      case "conflict":
+        return {
+          kind: "answer",
+          response: this.#problem(
+            "payload-mismatch",
+            "this Idempotency-Key was first used with a different request (method, path, query or body)",
+          ),
+          replayed: false,
+        };
+      case "refused":
+        return { kind: "answer", response: this.#problem("key-malformed", outcome.reason), replayed: false };
+      case "unavailable":
+        return {
+          kind: "answer",
+          response: this.#problem(
+            "storage-unavailable",
+            "the idempotency store cannot be reached; nothing was done",
+            1000,
+          ),
+          replayed: false,
+        };
+      case "failed":
+        return { kind: "throw", error: outcome.error };
+    }
+  }
+
+  #replay(stored: StoredResponse): StoredResponse {
+    const replay: StoredResponse = {
+      ...stored,
+      headers: [...stored.headers, [REPLAYED_HEADER.toLowerCase(), "true"]],
+    };
+    const edit = this.#options.onReplay;
+    if (edit === undefined) return replay;
+    try {
+      const edited = edit(replay);
+      if (edited !== null && typeof edited === "object" && Number.isInteger(edited.status)) return edited;
+      this.logger.error({}, "onReplay returned no response; the stored response is sent unedited");
+    } catch (error) {
+      this.logger.error({ error }, "onReplay threw; the stored response is sent unedited");
+    }
+    return replay;
+  }
+
+  #problem(kind: ProblemKind, detail: string, retryAfterMs?: number): StoredResponse {
+    return problemResponse(kind, this.#compat, detail, retryAfterMs);
+  }
+
+  #answer(kind: ProblemKind, detail: string): Admission {
+    return { kind: "answer", response: this.#problem(kind, detail) };
+  }
+}
+
+const PASS: Admission = { kind: "pass" };
+
+/** The stored response of a duplicate, when it decoded. */
+function storedOf(result: ReplayedResult<CapturedResponse>): StoredResponse | undefined {
+  return result.available && result.value.kind === "buffered" ? result.value.response : undefined;
+}
+
+function byteLimit(wrapper: string, name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new ConfigurationError(`${wrapper}: ${name} must be a non-negative integer of bytes, got ${value}`);
+  }
+  return value;
+}

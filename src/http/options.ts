@@ -1,0 +1,88 @@
+import type { Logger, OncelyEvent } from "../core/events.js";
+import type { BackendFactory } from "../core/guard.js";
+import type { Backend } from "../core/types.js";
+import type { Compat } from "./problem.js";
+import type { StoredResponse } from "./stored-response.js";
+
+/** @default ["POST", "PATCH"] */
+export const DEFAULT_METHODS: readonly string[] = ["POST", "PATCH"];
+/** @default 10 seconds */
+export const DEFAULT_WAIT_MS = 10_000;
+/** @default 1 MiB */
+export const DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024;
+/** @default 1 MiB */
+export const DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024;
+
+/**
+ * Options of every HTTP surface (`withIdempotency`, and the Express, Fastify and Hono middleware).
+ * `R` is what the `scope` extractor receives: the framework's own request (a Fetch `Request`, an
+ * Express `req`, a Fastify `request`) or context (Hono's `c`).
+ */
+export interface HttpIdempotencyOptions<R> {
+  /**
+   * Where records live: a backend, or a factory building it on first use (concurrent first requests
+   * share one build; a build that fails is retried on the next request).
+   */
+  readonly backend: Backend | BackendFactory;
+  /**
+   * The caller's tenant or principal, from the framework's request (an authenticated user id, an
+   * API key's account). Part of the stored key, so two callers sending the same key never see each
+   * other's response. When configured and it yields nothing (`undefined`, `null`, `""`) or throws,
+   * the request is refused (400 `scope-unresolved`) rather than guarded in a shared space. May be
+   * async. @default none: the middleware runs single-tenant and warns once when it is created
+   */
+  readonly scope?:
+    | ((request: R) => string | undefined | null | Promise<string | undefined | null>)
+    | undefined;
+  /** Answer 400 (`key-missing`) to a request of a guarded method without a key. @default false */
+  readonly required?: boolean | undefined;
+  /** The methods guarded; others pass through untouched. Matched case-insensitively. @default ["POST", "PATCH"] */
+  readonly methods?: readonly string[] | undefined;
+  /**
+   * How long a duplicate that arrives while the first request is still running waits for it to
+   * finish (then it gets the first response replayed, or runs if the first one released the key).
+   * `0` answers 409 at once. @default 10_000
+   */
+  readonly wait?: number | undefined;
+  /** How long a claim holds the key without a renewal; a crashed server frees it after this. @default 60_000 */
+  readonly leaseMs?: number | undefined;
+  /** How long a stored response is replayed: the de-duplication window. @default 86_400_000 (24 h) */
+  readonly ttlMs?: number | undefined;
+  /**
+   * When the store cannot be reached before the handler runs, run the handler unguarded (event
+   * `ran_unguarded`) instead of answering 503. @default false (fail closed)
+   */
+  readonly failOpen?: boolean | undefined;
+  /** Also store and replay 4xx responses (5xx are never stored). @default false */
+  readonly cacheClientErrors?: boolean | undefined;
+  /**
+   * Requests with a larger body bypass the guard: the handler runs, nothing is stored, the response
+   * says `Idempotency-Bypass: request-too-large` (a required key is still required). @default 1_048_576
+   */
+  readonly maxRequestBytes?: number | undefined;
+  /**
+   * Responses with a larger body (counted on the bytes sent, never on `Content-Length`) are delivered
+   * but not stored, marked `Idempotency-Bypass: response-too-large`, and the key is released so a
+   * retry runs. @default 1_048_576
+   */
+  readonly maxResponseBytes?: number | undefined;
+  /**
+   * Edits the copy that is stored (drop a header, blank a secret in the body); the first response is
+   * sent as the handler wrote it. A throw means "do not store": the key is released. @default none
+   */
+  readonly redact?: ((response: StoredResponse) => StoredResponse) | undefined;
+  /**
+   * Edits a replayed response just before it is sent (it already carries `Idempotent-Replayed: true`).
+   * A throw is logged and the stored response is sent unedited. @default none
+   */
+  readonly onReplay?: ((response: StoredResponse) => StoredResponse) | undefined;
+  /**
+   * Status-code conventions: `"ietf"` (the Idempotency-Key draft: 422 for a key reused with another
+   * payload) or `"stripe"` (Stripe's: 400). @default "ietf"
+   */
+  readonly compat?: Compat | undefined;
+  /** Where errors and warnings go (console and pino both fit). @default console */
+  readonly logger?: Logger | undefined;
+  /** Receives one structured event per decision. A throw is logged and ignored. */
+  readonly onEvent?: ((event: OncelyEvent) => void) | undefined;
+}

@@ -1,0 +1,77 @@
+import { captureFetchResponse, readFetchBody, toFetchResponse, withHeader } from "./fetch.js";
+import { BYPASS_HEADER, type HttpDecision, HttpGuard } from "./http-guard.js";
+import type { HttpIdempotencyOptions } from "./options.js";
+
+/** A Fetch API handler: Bun, Deno, Workers-style runtimes, Hono's `app.fetch`, Next.js route handlers. */
+export type FetchHandler = (request: Request) => Response | Promise<Response>;
+
+/**
+ * Wraps a Fetch API handler with `Idempotency-Key` handling (SPEC §6) and returns a handler of the
+ * same type.
+ *
+ * - A `POST`/`PATCH` (see `methods`) with a key runs the handler once per (key, scope, method, path)
+ *   within `ttlMs`; its 2xx response (4xx with `cacheClientErrors`) is stored before it is returned,
+ *   and a retry gets it replayed — status, stored headers, body bytes — with `Idempotent-Replayed: true`.
+ * - A duplicate that arrives while the first is running waits up to `wait` ms, then gets the replay
+ *   (or runs, if the first released the key); past `wait`, 409 with `Retry-After`.
+ * - The same key with another method, path, query or body: 422 (`compat: "stripe"`: 400).
+ * - A 5xx response, a thrown handler, an oversized or streamed response: delivered (or rethrown),
+ *   not stored, the key released so a retry runs.
+ * - The store down before the handler: 503 with `Retry-After` (or, with `failOpen`, the handler runs
+ *   unguarded). Errors are `application/problem+json`.
+ * - Other methods, and requests without a key (unless `required`), reach the handler untouched.
+ *
+ * The handler receives the original `Request` with its body unread.
+ *
+ * @throws ConfigurationError at wrap time for options that cannot work
+ */
+export function withIdempotency(
+  handler: FetchHandler,
+  options: HttpIdempotencyOptions<Request>,
+): FetchHandler {
+  const guard = new HttpGuard<Request>(options, "withIdempotency");
+  return async function idempotentHandler(request: Request): Promise<Response> {
+    const admission = guard.admit(request.method, request.headers.get("idempotency-key"));
+    if (admission.kind === "pass") return handler(request);
+    if (admission.kind === "answer") return toFetchResponse(admission.response);
+
+    const url = new URL(request.url);
+    const body = await readFetchBody(request, guard.maxRequestBytes);
+    let deliverEarly: (response: Response) => void = () => {};
+    const early = new Promise<Response>((resolve) => {
+      deliverEarly = resolve;
+    });
+    const decided = guard.execute(
+      {
+        method: request.method.toUpperCase(),
+        path: url.pathname,
+        query: url.search.slice(1),
+        contentType: request.headers.get("content-type") ?? undefined,
+        body,
+      },
+      admission.key,
+      request,
+      async () => captureFetchResponse(await handler(request), guard.maxResponseBytes, deliverEarly),
+    );
+    const first = await Promise.race([decided, early]);
+    if (first instanceof Response) return first;
+    return respond(first, early, () => handler(request));
+  };
+}
+
+async function respond(
+  decision: HttpDecision,
+  early: Promise<Response>,
+  run: () => Response | Promise<Response>,
+): Promise<Response> {
+  switch (decision.kind) {
+    case "answer":
+      return toFetchResponse(decision.response);
+    case "deliver":
+      return decision.captured.kind === "buffered" ? toFetchResponse(decision.captured.response) : early;
+    case "bypass":
+      return withHeader(await run(), BYPASS_HEADER, decision.reason);
+    case "throw":
+      throw decision.error;
+  }
+}

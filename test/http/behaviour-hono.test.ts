@@ -1,0 +1,5 @@
+import { behaviourTable } from "./behaviour-table.js";
+import { honoNodeSurface, honoRequestSurface } from "./harness.js";
+
+behaviourTable(honoRequestSurface);
+behaviourTable(honoNodeSurface);
