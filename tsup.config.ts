@@ -16,6 +16,8 @@ export default defineConfig([
       firestore: "src/backends/firestore/index.ts",
       dynamodb: "src/backends/dynamodb/index.ts",
       postgres: "src/postgres.ts",
+      rabbitmq: "src/brokers/rabbitmq/index.ts",
+      nats: "src/brokers/nats/index.ts",
       mysql: "src/backends/mysql/index.ts",
     },
     format: ["esm", "cjs"],
