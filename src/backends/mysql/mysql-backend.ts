@@ -10,6 +10,7 @@ import type {
   CompleteOptions,
   StoredRecord,
 } from "../../core/types.js";
+import { bounded, type ConnectionSource, queryTimeoutMs } from "../sql/bounded.js";
 import {
   type RecordRow,
   recordValues,
@@ -28,8 +29,8 @@ import {
   type MysqlConnectionLike,
   type MysqlPoolLike,
   matchedRows,
+  mysqlSource,
   promisePool,
-  runBounded,
 } from "./mysql-client.js";
 import { type MysqlStatements, mysqlSchema, mysqlStatements } from "./mysql-statements.js";
 
@@ -92,7 +93,7 @@ export class MysqlBackend implements Backend {
     batchClaim: false,
     multiProcess: true,
   };
-  readonly #pool: MysqlPoolLike;
+  readonly #source: ConnectionSource<MysqlConnectionLike>;
   readonly #namespace: string;
   readonly #tableName: string;
   readonly #table: string;
@@ -110,20 +111,12 @@ export class MysqlBackend implements Backend {
         backend: BACKEND,
       });
     }
-    this.#pool = pool;
     this.#namespace = validateNamespace(BACKEND, options.namespace) ?? "";
     this.#tableName = sqlIdentifier(BACKEND, "table", options.table ?? "oncely_records");
     this.#table = `\`${this.#tableName}\``;
     this.#statements = mysqlStatements(this.#table);
-    this.#timeoutMs = options.queryTimeoutMs ?? 10_000;
-    if (!Number.isSafeInteger(this.#timeoutMs) || this.#timeoutMs < 1) {
-      throw new ConfigurationError(
-        `queryTimeoutMs must be a positive integer, got ${options.queryTimeoutMs}`,
-        {
-          backend: BACKEND,
-        },
-      );
-    }
+    this.#source = mysqlSource(pool);
+    this.#timeoutMs = queryTimeoutMs(BACKEND, options.queryTimeoutMs);
     this.#purgeBatch = purgeBatchSize(BACKEND, options.purgeBatchSize);
     this.#autoMigrate = options.autoMigrate ?? false;
     this.#gate = new SchemaGate(() => (this.#autoMigrate ? this.migrate() : this.#checkSchema()));
@@ -135,8 +128,8 @@ export class MysqlBackend implements Backend {
    */
   async migrate(): Promise<void> {
     try {
-      await runBounded(
-        this.#pool,
+      await bounded(
+        this.#source,
         async (c) => {
           await c.query("SELECT GET_LOCK('oncely_migrate', 10)");
           try {
@@ -175,7 +168,7 @@ export class MysqlBackend implements Backend {
   async #checkSchema(): Promise<void> {
     let found: number | undefined;
     try {
-      found = await runBounded(this.#pool, (c) => this.#version(c), this.#timeoutMs);
+      found = await bounded(this.#source, (c) => this.#version(c), this.#timeoutMs);
     } catch (cause) {
       if (driverCode(cause) !== "ER_NO_SUCH_TABLE")
         throw sqlStorageError(BACKEND, "schema check", undefined, cause);
@@ -193,7 +186,7 @@ export class MysqlBackend implements Backend {
   ): Promise<unknown> {
     await this.#gate.ensure();
     try {
-      return (await runBounded(this.#pool, (c) => c.execute(sql, values), this.#timeoutMs))[0];
+      return (await bounded(this.#source, (c) => c.execute(sql, values), this.#timeoutMs))[0];
     } catch (cause) {
       const missing = driverCode(cause) === "ER_NO_SUCH_TABLE";
       if (missing) this.#gate.reset();

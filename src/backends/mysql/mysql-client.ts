@@ -2,16 +2,19 @@
  * The subset of mysql2 the MySQL/MariaDB backend uses, typed structurally so that `mysql2` is an
  * optional peer and never imported: a `mysql2/promise` pool fits as it is, and a callback pool
  * (`mysql2.createPool`) through its `.promise()`. Every statement runs on a connection checked out
- * for it alone and is bounded: past its bound the statement fails and its connection is destroyed
- * (a connection gone silent would otherwise be handed to the next caller).
+ * for it alone and is bounded (`../sql/bounded.ts`).
  */
+import type { ConnectionSource } from "../sql/bounded.js";
+
+// biome-ignore lint/suspicious/noExplicitAny: mysql2's parameter type is its own recursive union
+type Values = any[];
 
 /** The subset of a mysql2 `PromisePoolConnection` used. */
 export interface MysqlConnectionLike {
   /** A prepared statement (cached per connection by mysql2). */
-  execute(sql: string, values?: unknown[]): Promise<[unknown, unknown]>;
+  execute(sql: string, values?: Values): Promise<[unknown, unknown]>;
   /** A plain-text statement (DDL). */
-  query(sql: string, values?: unknown[]): Promise<[unknown, unknown]>;
+  query(sql: string, values?: Values): Promise<[unknown, unknown]>;
   release(): void;
   destroy(): void;
 }
@@ -51,66 +54,17 @@ export function matchedRows(header: unknown): number {
   return m ? Number(m[1]) : (h.affectedRows ?? 0);
 }
 
-/** A statement that did not answer within its bound. */
-export class QueryTimeout extends Error {
-  override name = "QueryTimeout";
-}
-
 /**
- * Runs `statement` on a connection of its own, bounded by `timeoutMs` from the moment it asks the
- * pool. On timeout the connection is destroyed and a late answer is discarded; the statement may
- * still have run, and every statement oncely sends is safe to run again.
+ * Where the backend's statements get their connections. A connection-level failure (`fatal`) leaves
+ * the connection unusable: it is destroyed, never handed back.
  */
-export function runBounded<T>(
-  pool: MysqlPoolLike,
-  statement: (connection: MysqlConnectionLike) => Promise<T>,
-  timeoutMs: number,
-): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    let settled = false;
-    let connection: MysqlConnectionLike | undefined;
-    const timer = setTimeout(() => {
-      if (settled) return;
-      settled = true;
-      connection?.destroy();
-      connection = undefined;
-      reject(new QueryTimeout(`no answer within ${timeoutMs} ms (the connection was closed)`));
-    }, timeoutMs);
-    timer.unref?.();
-    pool.getConnection().then(
-      (c) => {
-        if (settled) {
-          c.release();
-          return;
-        }
-        connection = c;
-        statement(c).then(
-          (value) => {
-            if (settled) return;
-            settled = true;
-            clearTimeout(timer);
-            connection = undefined;
-            c.release();
-            resolve(value);
-          },
-          (error: unknown) => {
-            if (settled) return;
-            settled = true;
-            clearTimeout(timer);
-            connection = undefined;
-            // a connection-level failure leaves the connection unusable: never hand it back
-            if ((error as { fatal?: unknown } | null)?.fatal === true) c.destroy();
-            else c.release();
-            reject(error);
-          },
-        );
-      },
-      (error: unknown) => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        reject(error);
-      },
-    );
-  });
+export function mysqlSource(pool: MysqlPoolLike): ConnectionSource<MysqlConnectionLike> {
+  return {
+    acquire: () => pool.getConnection(),
+    release: (connection, error) => {
+      if ((error as { fatal?: unknown } | null | undefined)?.fatal === true) connection.destroy();
+      else connection.release();
+    },
+    destroy: (connection) => connection.destroy(),
+  };
 }

@@ -11,13 +11,21 @@ import type {
   CompleteOptions,
   StoredRecord,
 } from "../../core/types.js";
+import { type ConnectionSource, queryTimeoutMs } from "../sql/bounded.js";
 import { type RecordRow, resultParam, rowToObserved, toInteger, wholeMs } from "../sql/columns.js";
 import { bind, type Compiled } from "../sql/dialect.js";
 import { driverCode, sqlStorageError } from "../sql/errors.js";
 import { sqlIdentifier } from "../sql/identifier.js";
 import { purgeBatchSize, purgeInBatches } from "../sql/purge.js";
 import { SCHEMA_TABLE, SCHEMA_VERSION, SchemaGate, schemaProblem, versionOf } from "../sql/schema.js";
-import { isPgPool, type PgPoolLike, type PgResultLike, runBounded } from "./postgres-client.js";
+import {
+  isPgPool,
+  type PgClientLike,
+  type PgPoolLike,
+  type PgResultLike,
+  pgSource,
+  runBounded,
+} from "./postgres-client.js";
 import { channelName, PgNotifications, topicOf } from "./postgres-notifications.js";
 import {
   type PostgresStatements,
@@ -100,6 +108,7 @@ export class PostgresBackend implements Backend {
   readonly name = BACKEND;
   readonly capabilities: BackendCapabilities;
   readonly #pool: PgPoolLike;
+  readonly #source: ConnectionSource<PgClientLike>;
   readonly #namespace: string;
   readonly #tableName: string;
   readonly #table: string;
@@ -127,15 +136,8 @@ export class PostgresBackend implements Backend {
     this.#schemaTable = qualify(SCHEMA_TABLE);
     this.#indexName = `"${this.#tableName}_expires_at"`;
     this.#statements = postgresStatements(this.#table);
-    this.#timeoutMs = options.queryTimeoutMs ?? 10_000;
-    if (!Number.isSafeInteger(this.#timeoutMs) || this.#timeoutMs < 1) {
-      throw new ConfigurationError(
-        `queryTimeoutMs must be a positive integer, got ${options.queryTimeoutMs}`,
-        {
-          backend: BACKEND,
-        },
-      );
-    }
+    this.#source = pgSource(this.#pool);
+    this.#timeoutMs = queryTimeoutMs(BACKEND, options.queryTimeoutMs);
     this.#purgeBatch = purgeBatchSize(BACKEND, options.purgeBatchSize);
     this.#autoMigrate = options.autoMigrate ?? false;
     this.#channel = channelName(`${schema ?? ""}.${this.#tableName}\u0000${this.#namespace}`);
@@ -201,7 +203,7 @@ export class PostgresBackend implements Backend {
     let found: number | undefined;
     try {
       const result = await runBounded(
-        this.#pool,
+        this.#source,
         { text: `SELECT version FROM ${this.#schemaTable} WHERE table_name = $1`, values: [this.#tableName] },
         this.#timeoutMs,
       );
@@ -222,7 +224,7 @@ export class PostgresBackend implements Backend {
     await this.#gate.ensure();
     try {
       return await runBounded(
-        this.#pool,
+        this.#source,
         { name: statementName(statement), text: statement.text, values: bind(statement, values) },
         this.#timeoutMs,
       );
