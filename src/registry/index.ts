@@ -41,7 +41,9 @@
  * Drivers are optional peers: nothing here may import a driver or a backend module statically.
  */
 import { ConfigurationError } from "../core/errors.js";
+import { datastore } from "./datastore.js";
 import { dynamodb } from "./dynamodb.js";
+import { firestore } from "./firestore.js";
 import { redis } from "./redis.js";
 import { sqlite } from "./sqlite.js";
 import type { OpenedBackend, OpenOptions, RegistryEntry } from "./types.js";
@@ -54,6 +56,8 @@ export const ENTRIES: readonly RegistryEntry[] = [
   sqlite,
   redis,
   dynamodb,
+  datastore,
+  firestore,
   // postgres, mysql, datastore, firestore, dynamodb: added by their helpers, one line each.
 ];
 

@@ -38,6 +38,7 @@ import { join } from "node:path";
 import { afterAll, describe } from "vitest";
 import type { Backend, BackendCapabilities } from "../../src/core/types.js";
 import { type OpenedBackend, openBackend } from "../../src/registry/index.js";
+import { startDatastoreEmulator } from "./datastore-emulator.js";
 
 /** A started subject's store: where it lives, and how to leave nothing behind. */
 export interface StartedStore {
@@ -133,6 +134,24 @@ const DEFINITIONS: readonly SubjectDefinition[] = [
             client.disconnect();
           }
         },
+      };
+    },
+  },
+  {
+    name: "datastore",
+    expected: true, // the emulator jar ships with the machine's google-cloud-cli; a missing one fails loudly
+    capabilities: {
+      serverClock: false,
+      notifications: false,
+      nativeTtl: true,
+      batchClaim: false,
+      multiProcess: true,
+    },
+    start: async () => {
+      const emulator = await startDatastoreEmulator(); // in memory: stopping it leaves nothing behind
+      return {
+        url: () => `datastore://${emulator.host}?project=${emulator.projectId}`,
+        cleanup: () => emulator.stop(),
       };
     },
   },

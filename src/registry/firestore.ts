@@ -1,0 +1,62 @@
+/**
+ * `firestore://host:port?project=…&collection=…`: the Firestore backend on a `Firestore` client the
+ * entry creates (and terminates), against an emulator at `host:port` (plaintext). With no host
+ * (`firestore://?project=my-project`) the client goes where `@google-cloud/firestore` itself would:
+ * `FIRESTORE_EMULATOR_HOST` when set, else Google Cloud with Application Default Credentials.
+ * Needs @google-cloud/firestore.
+ *
+ * Query parameters: `project` (default `GOOGLE_CLOUD_PROJECT`, else `oncely-local` on an emulator,
+ * else the credentials' project), `collection` (default `oncely_records`).
+ */
+
+import { parseGoogleUrl } from "./datastore.js";
+import { connectTimeout, loadDriver, reachWithin, redactUrl } from "./support.js";
+import type { RegistryEntry } from "./types.js";
+
+export const firestore: RegistryEntry = {
+  name: "firestore",
+  schemes: ["firestore:"],
+  describe:
+    "firestore://host:port?project=p[&collection=c]  Firestore or its emulator (npm i @google-cloud/firestore)",
+  check: (url) => {
+    parseGoogleUrl("firestore", url, "collection", "FIRESTORE_EMULATOR_HOST");
+  },
+  async open(url, options) {
+    const parsed = parseGoogleUrl("firestore", url, "collection", "FIRESTORE_EMULATOR_HOST");
+    const timeoutMs = connectTimeout("firestore", options.connectTimeoutMs);
+    const driver = await loadDriver(
+      "firestore",
+      "firestore:",
+      "@google-cloud/firestore",
+      () => import("@google-cloud/firestore"),
+    );
+    const { FirestoreBackend } = await import("../backends/firestore/index.js");
+    // ssl: false is how the client recognises an emulator (it then authenticates as the owner).
+    const client = new driver.Firestore({
+      ...(parsed.projectId === undefined ? {} : { projectId: parsed.projectId }),
+      ...(parsed.host === undefined ? {} : { host: parsed.host, ssl: false }),
+    });
+    try {
+      const backend = new FirestoreBackend({
+        firestore: client,
+        collection: parsed.container,
+        namespace: options.namespace,
+      });
+      await reachWithin("firestore", `connect to ${redactUrl(url)}`, timeoutMs, () =>
+        backend.get("oncely-registry-probe"),
+      );
+      const where = parsed.host ?? (parsed.emulator ? process.env.FIRESTORE_EMULATOR_HOST : "Google Cloud");
+      return {
+        backend,
+        label: `Firestore ${where} project ${parsed.projectId ?? "(from credentials)"} collection ${backend.collection}`,
+        close: async () => {
+          await backend.close().catch(() => {});
+          await client.terminate().catch(() => {});
+        },
+      };
+    } catch (error) {
+      await client.terminate().catch(() => {});
+      throw error;
+    }
+  },
+};
