@@ -2,8 +2,11 @@
  * Decoding what a push endpoint receives into one `PubSubMessage`: the Pub/Sub push envelope, unwrapped
  * push, and CloudEvents in binary and structured mode (Eventarc's `messagePublished` included). Pure
  * functions: no I/O, no framework. Anything that is not one of those forms is `malformed`, with a
- * message that says which field is wrong — the caller answers 400 and runs nothing.
+ * message that says which field is wrong — the caller answers 400 and runs nothing. Text from the
+ * delivery that a reason quotes (attribute names, values, JSON parser excerpts) passes through
+ * `safeText`: escaped, so it cannot forge a log line, and bounded.
  */
+import { safeText } from "../core/log.js";
 
 /** Where a decoded message came from. */
 export const MessageForm = {
@@ -70,9 +73,14 @@ export interface PushInput {
 
 export interface DecodeOptions {
   /**
-   * Treat a body that is neither an envelope nor a CloudEvent as unwrapped push data. Without it such
-   * a body is refused as malformed, unless the request carries Pub/Sub's write-metadata headers
-   * (`x-goog-pubsub-message-id`, `x-goog-pubsub-subscription-name`). @default false
+   * The endpoint receives unwrapped push (the subscription's "payload unwrapping"): the body is the
+   * message data itself, whatever its fields, so a payload with a top-level `message` or
+   * `specversion` field is data, not an envelope or an event. A request that declares itself a
+   * CloudEvent (`ce-*` headers, or `Content-Type: application/cloudevents+json`) is still read as
+   * one. Without this option a body is read as unwrapped push only when the request carries Pub/Sub's
+   * write-metadata headers (`x-goog-pubsub-message-id`, `x-goog-pubsub-subscription-name`), and
+   * anything else that is neither an envelope nor a CloudEvent is refused as malformed.
+   * @default false
    */
   readonly unwrapped?: boolean | undefined;
 }
@@ -140,23 +148,8 @@ function isUnwrapped(input: PushInput, options: DecodeOptions): boolean {
     return true;
   }
   if (options.unwrapped !== true) return false;
-  // With unwrapping allowed, a body that is itself an envelope or a structured event is still read as one.
-  const body = input.body;
-  if (typeof body === "object" && body !== null && !Buffer.isBuffer(body)) {
-    return !("message" in body) && !("specversion" in body);
-  }
-  const text = typeof body === "string" ? body : Buffer.isBuffer(body) ? safeUtf8(body) : undefined;
-  if (text === undefined) return true;
-  try {
-    const parsed: unknown = JSON.parse(text);
-    return !(
-      typeof parsed === "object" &&
-      parsed !== null &&
-      ("message" in parsed || "specversion" in parsed)
-    );
-  } catch {
-    return true;
-  }
+  // The body's fields never decide: only a request that declares itself a CloudEvent is read as one.
+  return contentType(input.headers) !== "application/cloudevents+json";
 }
 
 function safeUtf8(bytes: Buffer): string | undefined {
@@ -198,7 +191,8 @@ function bodyAsJson(input: PushInput): unknown {
   try {
     return JSON.parse(text);
   } catch (error) {
-    const detail = error instanceof Error ? error.message : String(error);
+    // V8's message quotes an excerpt of the body: escape and bound it
+    const detail = safeText(error instanceof Error ? error.message : error, 160);
     return fail(`body is not valid JSON (${detail})`);
   }
 }
@@ -250,11 +244,19 @@ function optionalString(
 
 function timestamp(value: string | undefined, field: string): string | undefined {
   if (value === undefined) return undefined;
-  if (Number.isNaN(Date.parse(value)))
-    return fail(`${field} is not a valid timestamp: ${JSON.stringify(value.slice(0, 64))}`);
+  if (Number.isNaN(Date.parse(value))) return fail(`${field} is not a valid timestamp: ${quote(value)}`);
   return value;
 }
 
+/** Delivery text quoted in a reason: escaped, bounded, in double quotes. */
+function quote(value: string): string {
+  return `"${safeText(value, 64)}"`;
+}
+
+/**
+ * The attributes as an ordinary object holding exactly the delivered names, `__proto__` included:
+ * every name is defined as an own property (never assigned), so no name can reach a prototype.
+ */
 function attributesOf(value: unknown, field: string): Record<string, string> {
   if (value === undefined || value === null) return {};
   if (typeof value !== "object" || Array.isArray(value)) {
@@ -262,8 +264,15 @@ function attributesOf(value: unknown, field: string): Record<string, string> {
   }
   const out: Record<string, string> = {};
   for (const [name, item] of Object.entries(value)) {
-    if (typeof item !== "string") return fail(`${field}.${name} must be a string, got ${describe(item)}`);
-    out[name] = item;
+    if (typeof item !== "string") {
+      const path = /^[A-Za-z_][\w-]{0,63}$/.test(name) ? `.${name}` : `[${quote(name)}]`;
+      return fail(`${field}${path} must be a string, got ${describe(item)}`);
+    }
+    if (name === "__proto__") {
+      Object.defineProperty(out, name, { value: item, enumerable: true, writable: true, configurable: true });
+    } else {
+      out[name] = item;
+    }
   }
   return out;
 }
@@ -272,7 +281,8 @@ function deliveryAttemptOf(value: unknown, field: string): number | undefined {
   if (value === undefined || value === null) return undefined;
   const number = typeof value === "string" && /^\d+$/.test(value) ? Number(value) : value;
   if (typeof number !== "number" || !Number.isSafeInteger(number) || number < 1) {
-    return fail(`${field} must be a positive integer, got ${JSON.stringify(value)}`);
+    const shown = typeof value === "string" ? quote(value) : safeText(JSON.stringify(value), 64);
+    return fail(`${field} must be a positive integer, got ${shown}`);
   }
   return number;
 }
@@ -329,7 +339,7 @@ function cloudEventContext(read: (name: string) => unknown, mode: string): Cloud
   }
   const specversion = values.specversion ?? "";
   if (!specversion.startsWith("1."))
-    return fail(`CloudEvent specversion ${JSON.stringify(specversion)} is not supported (1.x is)`);
+    return fail(`CloudEvent specversion ${quote(specversion)} is not supported (1.x is)`);
   const optional = (name: string): string | undefined => {
     const value = read(name);
     if (value === undefined || value === null) return undefined;
