@@ -8,8 +8,11 @@
  * | handler returned, duplicate, ran unguarded | `ack()` |
  * | live holder elsewhere | `nak(delay)` with the holder's `retryAfterMs` |
  * | store unavailable, handler threw | `nak(delay)` with the backoff |
- * | malformed body, no key, invalid key, key reused with another payload | `term(reason)` |
- * | a retry on the last allowed attempt (`max_deliver`) | `term(reason)` |
+ * | malformed body, no key, invalid key, key reused with another payload | `term()` |
+ * | a retry on the last allowed attempt (`max_deliver`) | `term()` |
+ *
+ * The reason of a `term` is in oncely's log line, not on the wire: servers before 2.10 ignore a
+ * `+TERM` that carries a reason (the message would come back after AckWait).
  *
  * While the handler runs, `working()` is sent at the lease heartbeat's cadence (`leaseMs / 3`) so
  * JetStream's AckWait does not redeliver a message that is still being processed; the lease must be
@@ -199,7 +202,7 @@ export function idempotentJsMsg<T = unknown>(
     };
     if (!decoded.ok) {
       guard.logger.warn(surface.fields(message), `${decoded.reason}; terminated, nothing ran`);
-      safely("term", () => delivered.term(decoded.reason));
+      safely("term", () => delivered.term());
       return { kind: "terminated", attempt: message.attempt, reason: decoded.reason, outcome: undefined };
     }
     let print: string | undefined;
@@ -233,7 +236,7 @@ export function idempotentJsMsg<T = unknown>(
     }
     if (settled.kind === "dead") {
       guard.logger.warn(surface.fields(message), `${settled.reason}; terminated`);
-      safely("term", () => delivered.term(settled.reason));
+      safely("term", () => delivered.term());
       return { kind: "terminated", attempt: message.attempt, reason: settled.reason, outcome };
     }
     safely("nak", () => delivered.nak(settled.delayMs));
