@@ -47,6 +47,13 @@ export {
 export { type ScopedLogger, safeText, scopedLogger } from "./core/log.js";
 export { structuredCodec } from "./core/structured-codec.js";
 export {
+  setTelemetry,
+  type Telemetry,
+  type TelemetryResult,
+  type TelemetrySpan,
+  type TelemetryValue,
+} from "./core/telemetry.js";
+export {
   type Backend,
   type BackendCapabilities,
   type Claim,
@@ -74,3 +81,4 @@ export {
   type Work,
   type WorkContext,
 } from "./core/verbs.js";
+export { enableOpenTelemetry, loadOpenTelemetry, type OpenTelemetryApiLike } from "./telemetry/index.js";

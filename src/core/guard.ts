@@ -30,6 +30,15 @@ import {
 import { callHook, consoleLogger, EventType, hashKey, type Logger, type OncelyEvent } from "./events.js";
 import { validateKey } from "./keys.js";
 import { type ScopedLogger, safeText, scopedLogger } from "./log.js";
+import {
+  currentTelemetry,
+  endSpan,
+  startSpan,
+  TELEMETRY_PARENT,
+  type Telemetry,
+  type TelemetrySpan,
+  type TelemetryValue,
+} from "./telemetry.js";
 import type { Backend } from "./types.js";
 import { type LockOptions, lock, mutex } from "./verbs.js";
 
@@ -97,6 +106,12 @@ export interface SurfaceSpec<S> {
   readonly retry?: string | undefined;
   /** Send the claims made in one tick as one `claimMany` when the backend has it. @default false */
   readonly batchClaims?: boolean | undefined;
+  /**
+   * Span attributes for the surface's span (`oncely.<name>`), following the OpenTelemetry semantic
+   * conventions where one applies (`messaging.*` for brokers, `http.*`/`url.*` for HTTP). Read only
+   * when telemetry is enabled.
+   */
+  attributes?(subject: S): Record<string, TelemetryValue | undefined>;
 }
 
 /** Per-call choices a surface makes. */
@@ -320,10 +335,47 @@ export class Guard<S, T = unknown> {
    * Runs `work` for one subject under the guard. Never throws: every ending is an outcome (see the
    * table at the top of this module).
    */
-  async run(
+  run(
     subject: S,
     work: (context: GuardContext) => T | Promise<T>,
     call: RunOptions<T> = {},
+  ): Promise<GuardOutcome<T>> {
+    const telemetry = currentTelemetry();
+    if (telemetry === undefined) return this.#run(subject, work, call, undefined);
+    return this.#traced(telemetry, subject, work, call);
+  }
+
+  async #traced(
+    telemetry: Telemetry,
+    subject: S,
+    work: (context: GuardContext) => T | Promise<T>,
+    call: RunOptions<T>,
+  ): Promise<GuardOutcome<T>> {
+    let attributes: Record<string, TelemetryValue | undefined> = {};
+    try {
+      attributes = this.#surface.attributes?.(subject) ?? {};
+    } catch {
+      // attributes are observability only
+    }
+    const span = startSpan(telemetry, `oncely.${this.#surface.name}`, this.#surface.name, attributes);
+    const outcome = await this.#run(subject, work, call, span);
+    const key = "key" in outcome ? outcome.key : undefined;
+    endSpan(span, {
+      decision: outcome.kind,
+      backend: this.#built?.name,
+      keyHash: key === undefined ? undefined : hashKey(key),
+      fence: "fence" in outcome ? outcome.fence : undefined,
+      error:
+        outcome.kind === "failed" || outcome.kind === "unavailable" ? (outcome.error ?? "failed") : undefined,
+    });
+    return outcome;
+  }
+
+  async #run(
+    subject: S,
+    work: (context: GuardContext) => T | Promise<T>,
+    call: RunOptions<T>,
+    span: TelemetrySpan | undefined,
   ): Promise<GuardOutcome<T>> {
     const config = this.#config;
     if (this.disabled()) return this.#unguarded(subject, work, this.#safeKey(subject), "disabled");
@@ -387,6 +439,7 @@ export class Guard<S, T = unknown> {
         const { codec: _c, maxResultBytes: _m, onDuplicate: _d, ...mutexOptions } = this.#lockOptions;
         const value = await mutex(key, guarded, {
           ...mutexOptions,
+          ...(span === undefined ? {} : { [TELEMETRY_PARENT]: span }),
           backend,
           fingerprint: call.fingerprint,
           wait: call.wait ?? config.wait,
@@ -395,6 +448,7 @@ export class Guard<S, T = unknown> {
       }
       const outcome = await lock(key, guarded, {
         ...this.#lockOptions,
+        ...(span === undefined ? {} : { [TELEMETRY_PARENT]: span }),
         backend,
         fingerprint: call.fingerprint,
         wait: call.wait ?? config.wait,

@@ -17,15 +17,21 @@ import {
   ConfigurationError,
   ConflictError,
   InProgressError,
-  type LeaseLostError,
   ResultUnavailableError,
   StorageError,
-  storageError,
 } from "./errors.js";
 import { callHook, consoleLogger, EventType, hashKey, type Logger, type OncelyEvent } from "./events.js";
 import { Heartbeat } from "./heartbeat.js";
 import { validateKey } from "./keys.js";
 import { storeCall } from "./store-call.js";
+import {
+  currentTelemetry,
+  endSpan,
+  startSpan,
+  TELEMETRY_PARENT,
+  type Telemetry,
+  type TelemetrySpan,
+} from "./telemetry.js";
 import type { Backend, Claim, ClaimOutcome } from "./types.js";
 
 export { MAX_KEY_BYTES, validateKey } from "./keys.js";
@@ -276,17 +282,22 @@ async function acquireWaiting(
   key: string,
   wait: number,
   check: (outcome: Extract<ClaimOutcome, { kind: "held" }>) => void,
+  trace?: Trace,
 ): Promise<Acquired> {
-  const deadline = r.clock.now() + wait;
+  const start = r.clock.now();
+  const deadline = start + wait;
   let delay = 10;
+  let waited = false;
   for (;;) {
     const acquired = await acquire(r, key);
     const { outcome } = acquired;
+    if (trace !== undefined && waited) trace.waitMs = r.clock.now() - start;
     if (outcome.kind !== "held") return acquired;
     check(outcome);
     const remaining = deadline - r.clock.now();
     if (remaining <= 0) return acquired;
     const step = Math.min(remaining, delay, Math.max(1, outcome.remainingMs));
+    waited = true;
     await waitForChange(r, key, step);
     delay = Math.min(delay * 2, 500);
   }
@@ -430,7 +441,78 @@ function logError(r: Resolved, fields: Record<string, unknown>, message: string)
  *   rejects with `StorageError`; a payload fingerprint that differs from the first one rejects with
  *   `ConflictError`, also while the first is still in flight.
  */
-export async function lock<T>(key: string, work: Work<T>, options: LockOptions<T>): Promise<LockOutcome<T>> {
+export function lock<T>(key: string, work: Work<T>, options: LockOptions<T>): Promise<LockOutcome<T>> {
+  const telemetry = currentTelemetry();
+  if (telemetry === undefined) return lockCall(key, work, options, undefined);
+  return traced(telemetry, "oncely.lock", key, options, (trace) => lockCall(key, work, options, trace));
+}
+
+/** What a traced call learns on the way, for its span. */
+interface Trace {
+  fence?: number;
+  waitMs?: number;
+}
+
+function decisionOf(error: unknown): string {
+  if (error instanceof InProgressError) return "in_progress";
+  if (error instanceof ConflictError) return "conflict";
+  if (error instanceof StorageError) return "storage_error";
+  if (error instanceof ConfigurationError) return "configuration_error";
+  if (error !== null && typeof error === "object" && (error as Error).name === "InvalidKeyError")
+    return "invalid_key";
+  return "failed";
+}
+
+async function traced<R>(
+  telemetry: Telemetry,
+  name: string,
+  key: string,
+  options: GuardOptions,
+  call: (trace: Trace) => Promise<R>,
+): Promise<R> {
+  const backend = (options as GuardOptions | undefined)?.backend?.name;
+  const keyHash = typeof key === "string" ? hashKey(key) : undefined;
+  const parent = (options as { [TELEMETRY_PARENT]?: TelemetrySpan } | undefined)?.[TELEMETRY_PARENT];
+  const span = startSpan(
+    telemetry,
+    name,
+    "core",
+    { "oncely.backend": backend, "oncely.key_hash": keyHash },
+    parent,
+  );
+  const trace: Trace = {};
+  try {
+    const result = await call(trace);
+    const outcome = result as LockOutcome<unknown> | undefined;
+    const decision =
+      name === "oncely.mutex"
+        ? "ran"
+        : outcome?.kind === "duplicate"
+          ? "duplicate"
+          : outcome?.kind === "ran" && !outcome.committed
+            ? "not_committed"
+            : "ran";
+    endSpan(span, { decision, backend, keyHash, fence: trace.fence, waitMs: trace.waitMs });
+    return result;
+  } catch (error) {
+    endSpan(span, {
+      decision: decisionOf(error),
+      backend,
+      keyHash,
+      fence: trace.fence,
+      waitMs: trace.waitMs,
+      error,
+    });
+    throw error;
+  }
+}
+
+async function lockCall<T>(
+  key: string,
+  work: Work<T>,
+  options: LockOptions<T>,
+  trace: Trace | undefined,
+): Promise<LockOutcome<T>> {
   const r = resolve(key, options);
   const codec = options.codec === undefined ? (jsonCodec as ResultCodec<T>) : options.codec;
   const wait = options.wait ?? 0;
@@ -438,8 +520,15 @@ export async function lock<T>(key: string, work: Work<T>, options: LockOptions<T
   const acquired =
     wait === 0
       ? await acquire(r, key)
-      : await acquireWaiting(r, key, wait, (held) => checkFingerprint(r, key, held.fingerprint, held.fence));
+      : await acquireWaiting(
+          r,
+          key,
+          wait,
+          (held) => checkFingerprint(r, key, held.fingerprint, held.fence),
+          trace,
+        );
   const { outcome } = acquired;
+  if (trace !== undefined && outcome.kind !== "won") trace.fence = outcome.fence;
 
   if (outcome.kind === "held") {
     checkFingerprint(r, key, outcome.fingerprint, outcome.fence);
@@ -456,6 +545,7 @@ export async function lock<T>(key: string, work: Work<T>, options: LockOptions<T
   }
 
   const { claim } = outcome;
+  if (trace !== undefined) trace.fence = claim.fence;
   announceWin(r, outcome);
   let value: T;
   try {
@@ -532,11 +622,26 @@ function decidesToCommit<T>(r: Resolved, shouldCommit: (value: T) => boolean, va
  * `retryAfterMs` the time left until the record expires).
  * `work`'s error is rethrown after the release; its value is returned.
  */
-export async function mutex<T>(key: string, work: Work<T>, options: MutexOptions): Promise<T> {
+export function mutex<T>(key: string, work: Work<T>, options: MutexOptions): Promise<T> {
+  const telemetry = currentTelemetry();
+  if (telemetry === undefined) return mutexCall(key, work, options, undefined);
+  return traced(telemetry, "oncely.mutex", key, options, (trace) => mutexCall(key, work, options, trace));
+}
+
+async function mutexCall<T>(
+  key: string,
+  work: Work<T>,
+  options: MutexOptions,
+  trace: Trace | undefined,
+): Promise<T> {
   const r = resolve(key, options);
   const wait = options.wait ?? 0;
   checkWait(key, wait);
-  const acquired = await acquireWaiting(r, key, wait, () => {});
+  const acquired = await acquireWaiting(r, key, wait, () => {}, trace);
+  if (trace !== undefined) {
+    const { outcome } = acquired;
+    trace.fence = outcome.kind === "won" ? outcome.claim.fence : outcome.fence;
+  }
   const { outcome } = acquired;
   if (outcome.kind === "done") {
     r.emit(EventType.InProgress, { fence: outcome.fence, detail: "done" });

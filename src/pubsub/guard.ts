@@ -55,6 +55,14 @@ const pubsubSurface = (wrapper: string, batchClaims: boolean): SurfaceSpec<PubSu
     `the ${message.form} delivery carries no message id to key on; pass a key function (or allowUnguarded)`,
   retry: "nack so Pub/Sub redelivers",
   batchClaims,
+  attributes: (message) => ({
+    "messaging.system": "gcp_pubsub",
+    "messaging.operation.type": "process",
+    "messaging.message.id": message.messageId,
+    "messaging.destination.subscription.name": message.subscription,
+    "messaging.gcp_pubsub.message.ordering_key": message.orderingKey,
+    "messaging.gcp_pubsub.message.delivery_attempt": message.deliveryAttempt,
+  }),
 });
 
 /**
