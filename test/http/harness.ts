@@ -162,29 +162,32 @@ function planResponse(plan: Plan): Response {
   return new Response(plan.body, { status: plan.status, headers });
 }
 
+function fetchHandler(script: Script, options: Parameters<Surface["start"]>[1]) {
+  const { tenant, ...rest } = options;
+  return withIdempotency(
+    async (request) => {
+      const text = await request.text();
+      const url = new URL(request.url);
+      const plan = await script.handle({
+        method: request.method,
+        path: url.pathname,
+        received: text || undefined,
+      });
+      if (plan.throws === true) throw new Error("handler failed");
+      return planResponse(plan);
+    },
+    {
+      ...rest,
+      ...(tenant === true ? { scope: (request: Request) => tenantOf(request.headers.get("x-tenant")) } : {}),
+    },
+  );
+}
+
 /** `withIdempotency` around a Fetch handler, called in-process. */
 export const fetchSurface: Surface = {
   name: "fetch (withIdempotency)",
-  async start(script, { tenant, ...options }) {
-    const handler = withIdempotency(
-      async (request) => {
-        const text = await request.text();
-        const url = new URL(request.url);
-        const plan = await script.handle({
-          method: request.method,
-          path: url.pathname,
-          received: text || undefined,
-        });
-        if (plan.throws === true) throw new Error("handler failed");
-        return planResponse(plan);
-      },
-      {
-        ...options,
-        ...(tenant === true
-          ? { scope: (request: Request) => tenantOf(request.headers.get("x-tenant")) }
-          : {}),
-      },
-    );
+  async start(script, options) {
+    const handler = fetchHandler(script, options);
     return {
       async call(call) {
         const { method, path, headers, body } = init(call);
@@ -204,6 +207,21 @@ export const fetchSurface: Surface = {
       },
       close: async () => {},
     };
+  },
+};
+
+/** `withIdempotency` served on Node through `@hono/node-server` (a thrown handler is its 500). */
+export const fetchNodeSurface: Surface = {
+  name: "fetch (withIdempotency on @hono/node-server)",
+  async start(script, options) {
+    const handler = fetchHandler(script, options);
+    const server = await new Promise<Server>((resolve) => {
+      const started = serve({ fetch: handler, port: 0, hostname: "127.0.0.1" }, () =>
+        resolve(started as Server),
+      );
+    });
+    const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    return { call: (call) => overFetch(base, call), close: () => close(server) };
   },
 };
 

@@ -1,0 +1,153 @@
+/**
+ * Express: the middleware mounted before or after the body parsers fingerprints a request the same
+ * way (a retry through either mount order is a replay, not a 422), and the handler still gets the
+ * parsed body.
+ */
+import { randomUUID } from "node:crypto";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import express from "express";
+import express4 from "express4";
+import { afterAll, describe, expect, it } from "vitest";
+import { idempotency } from "../../src/adapters/express/index.js";
+import { MemoryBackend } from "../../src/backends/memory/index.js";
+import { silentLogger } from "../../src/core/events.js";
+
+const servers: Server[] = [];
+afterAll(async () => {
+  for (const server of servers) {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
+});
+
+async function serve(
+  factory: typeof express,
+  mount: "before" | "after",
+  backend: MemoryBackend,
+  seen: unknown[],
+) {
+  const app = factory();
+  const parsers = [
+    factory.json(),
+    factory.urlencoded({ extended: false }),
+    factory.text(),
+    factory.raw({ type: "application/octet-stream" }),
+  ];
+  const guard = idempotency({ backend, logger: silentLogger });
+  if (mount === "before") app.use(guard, ...parsers);
+  else app.use(...parsers, guard);
+  app.post("/orders", (req, res) => {
+    seen.push(Buffer.isBuffer(req.body) ? `buffer:${req.body.toString()}` : req.body);
+    res.status(201).json({ n: seen.length });
+  });
+  const server = createServer(app);
+  servers.push(server);
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+const bodies: Array<[string, string, string, unknown]> = [
+  ["JSON", "application/json", '{"b":[1,{"y":2,"x":1}],"a":"é"}', { a: "é", b: [1, { x: 1, y: 2 }] }],
+  [
+    "a url-encoded form",
+    "application/x-www-form-urlencoded",
+    "b=2&a=1&a=0&c=x+y",
+    { a: ["1", "0"], b: "2", c: "x y" },
+  ],
+  ["text", "text/plain", "hello there", "hello there"],
+  ["raw bytes", "application/octet-stream", "\u0001\u0002bytes", "buffer:\u0001\u0002bytes"],
+  ["an empty JSON body", "application/json", "", undefined],
+];
+
+describe.each([
+  ["Express 5", express],
+  ["Express 4", express4 as unknown as typeof express],
+])("%s: mounted before or after the body parsers", (_name, factory) => {
+  it.each(bodies)(
+    "%s: the same fingerprint either way, and the handler gets the parsed body",
+    async (_kind, type, body, parsed) => {
+      const backend = new MemoryBackend();
+      const seen: unknown[] = [];
+      const before = await serve(factory, "before", backend, seen);
+      const after = await serve(factory, "after", backend, seen);
+      const key = randomUUID();
+      const send = (base: string) =>
+        fetch(`${base}/orders`, {
+          method: "POST",
+          headers: { "content-type": type, "idempotency-key": key },
+          body,
+        });
+      const first = await send(before);
+      const second = await send(after);
+      expect(first.status).toBe(201);
+      expect(second.status).toBe(201);
+      expect(second.headers.get("idempotent-replayed")).toBe("true");
+      expect(await second.text()).toBe(await first.text());
+      expect(seen).toHaveLength(1);
+      if (parsed !== undefined) expect(seen[0]).toEqual(parsed);
+
+      const otherKey = randomUUID();
+      const again = (base: string) =>
+        fetch(`${base}/orders`, {
+          method: "POST",
+          headers: { "content-type": type, "idempotency-key": otherKey },
+          body,
+        });
+      expect((await again(after)).status).toBe(201);
+      expect((await again(before)).headers.get("idempotent-replayed")).toBe("true");
+      expect(seen).toHaveLength(2);
+      if (parsed !== undefined) expect(seen[1]).toEqual(parsed);
+    },
+  );
+
+  it("a different body through the other mount order is still a 422", async () => {
+    const backend = new MemoryBackend();
+    const seen: unknown[] = [];
+    const before = await serve(factory, "before", backend, seen);
+    const after = await serve(factory, "after", backend, seen);
+    const key = randomUUID();
+    const send = (base: string, body: string) =>
+      fetch(`${base}/orders`, {
+        method: "POST",
+        headers: { "content-type": "application/json", "idempotency-key": key },
+        body,
+      });
+    expect((await send(before, '{"qty":1}')).status).toBe(201);
+    expect((await send(after, '{"qty":2}')).status).toBe(422);
+    expect(seen).toHaveLength(1);
+  });
+});
+
+describe("Express response capture", () => {
+  it("holds a writeHead-style response, then sends and replays it", async () => {
+    const app = express();
+    let runs = 0;
+    app.post("/raw", idempotency({ backend: new MemoryBackend(), logger: silentLogger }), (_req, res) => {
+      runs++;
+      res.writeHead(202, "Accepted Later", {
+        "content-type": "text/plain",
+        "x-run": String(runs),
+        "set-cookie": ["a=1", "b=2"],
+      });
+      res.end("queued");
+    });
+    const server = createServer(app);
+    servers.push(server);
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const key = randomUUID();
+    const first = await fetch(`${base}/raw`, { method: "POST", headers: { "idempotency-key": key } });
+    const second = await fetch(`${base}/raw`, { method: "POST", headers: { "idempotency-key": key } });
+    expect([first.status, first.statusText, await first.text(), first.headers.get("x-run")]).toEqual([
+      202,
+      "Accepted Later",
+      "queued",
+      "1",
+    ]);
+    expect(first.headers.getSetCookie()).toEqual(["a=1", "b=2"]);
+    expect([second.status, await second.text(), second.headers.get("x-run")]).toEqual([202, "queued", "1"]);
+    expect(second.headers.getSetCookie()).toEqual([]);
+    expect(runs).toBe(1);
+  });
+});

@@ -1,0 +1,39 @@
+import { randomUUID } from "node:crypto";
+import Fastify from "fastify";
+import { describe, expect, it } from "vitest";
+import { idempotency } from "../../src/adapters/fastify/index.js";
+import { MemoryBackend } from "../../src/backends/memory/index.js";
+import { silentLogger } from "../../src/core/events.js";
+
+describe("Fastify plugin encapsulation", () => {
+  it("guards the routes of the context it is registered in (and its children), not its siblings", async () => {
+    const app = Fastify();
+    const runs = { guarded: 0, nested: 0, open: 0 };
+    await app.register(async (orders) => {
+      await orders.register(idempotency, { backend: new MemoryBackend(), logger: silentLogger });
+      orders.post("/orders", async () => ({ run: ++runs.guarded }));
+      await orders.register(async (child) => {
+        child.post("/orders/nested", async () => ({ run: ++runs.nested }));
+      });
+    });
+    app.post("/open", async () => ({ run: ++runs.open }));
+    await app.ready();
+    const key = randomUUID();
+    const post = (url: string) =>
+      app.inject({
+        method: "POST",
+        url,
+        headers: { "idempotency-key": key, "content-type": "application/json" },
+        payload: "{}",
+      });
+    for (let i = 0; i < 2; i++) {
+      await post("/orders");
+      await post("/orders/nested");
+      await post("/open");
+    }
+    expect(runs).toEqual({ guarded: 1, nested: 1, open: 2 });
+    expect((await post("/orders")).headers["idempotent-replayed"]).toBe("true");
+    expect((await post("/open")).headers["idempotent-replayed"]).toBeUndefined();
+    await app.close();
+  });
+});
