@@ -550,6 +550,60 @@ export class DynamoDBBackend implements Backend {
     return out?.Attributes !== undefined;
   }
 
+  /**
+   * Deletes this namespace's expired records (a `Scan` of the table, then one `DeleteItem` per
+   * expired item, conditioned on it still being expired); returns how many. DynamoDB TTL does this by
+   * itself when enabled on `expiresAt`; this is for endpoints without TTL (dynalite, DynamoDB Local)
+   * and for `oncely purge`. Correctness never depends on it.
+   */
+  async purgeExpired(): Promise<number> {
+    const commands = await loadCommands(this.#commands);
+    const Scan = commands.ScanCommand;
+    if (Scan === undefined) {
+      throw new ConfigurationError("options.commands needs ScanCommand for purgeExpired()", {
+        backend: this.name,
+      });
+    }
+    const a = this.attributes;
+    const prefix = storedKey(this.#namespace, "");
+    let purged = 0;
+    let start: ItemLike | undefined;
+    do {
+      const judged = n(this.#now() - this.#skew);
+      const page = (await this.#send(
+        "purgeExpired",
+        undefined,
+        () =>
+          new Scan({
+            TableName: this.table,
+            FilterExpression: "begins_with(#k, :prefix) AND #e <= :now",
+            ProjectionExpression: "#k",
+            ExpressionAttributeNames: { "#k": a.key, "#e": a.expiresAtMs },
+            ExpressionAttributeValues: { ":prefix": s(prefix), ":now": judged },
+            ...(start === undefined ? {} : { ExclusiveStartKey: start }),
+          }),
+      )) as { Items?: ItemLike[]; LastEvaluatedKey?: ItemLike } | undefined;
+      for (const item of page?.Items ?? []) {
+        const deleted = await this.#write(
+          "purgeExpired",
+          String(str(item[a.key])),
+          (c) =>
+            new c.DeleteItemCommand({
+              TableName: this.table,
+              Key: { [a.key]: item[a.key] },
+              ConditionExpression: "#e <= :now",
+              ExpressionAttributeNames: { "#e": a.expiresAtMs },
+              ExpressionAttributeValues: { ":now": judged },
+            }),
+          false,
+        );
+        if (deleted.ok) purged++;
+      }
+      start = page?.LastEvaluatedKey;
+    } while (start !== undefined);
+    return purged;
+  }
+
   /** Leaves the client open: it is the caller's. */
   async close(): Promise<void> {}
 }

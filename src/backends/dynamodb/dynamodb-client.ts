@@ -39,6 +39,8 @@ export interface DynamoDBCommandsLike {
   readonly UpdateItemCommand: CommandClass;
   readonly GetItemCommand: CommandClass;
   readonly DeleteItemCommand: CommandClass;
+  /** Only `purgeExpired` scans. */
+  readonly ScanCommand?: CommandClass;
   readonly CreateTableCommand?: CommandClass;
   readonly DescribeTableCommand?: CommandClass;
   readonly UpdateTimeToLiveCommand?: CommandClass;
