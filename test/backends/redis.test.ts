@@ -225,6 +225,13 @@ for (const [label, client] of [
       torn[0] = 2;
       torn[1] = 99;
       torn.writeDoubleBE(61, 2);
+      // a fresh-record header gone wrong: corrupt, nothing readable (fence 1)
+      const fresh = `k-${randomUUID()}`;
+      await io.set(rawKey(backend, fresh), "\x03c12,x,torn");
+      assert.equal(await backend.get(fresh), undefined);
+      const refreshed = await backend.claim(fresh, claimOptions());
+      assert.equal(refreshed.kind === "won" && refreshed.via, "corrupt");
+      assert.equal(refreshed.kind === "won" && refreshed.claim.fence, 1);
       const readable: Array<[string | Buffer, number]> = [
         ["1|x|41|torn record", 42],
         ["1|c|51|1796000000000|1796003600000|1796000000000||3|||tok", 52],
@@ -282,6 +289,80 @@ for (const [label, client] of [
       await Promise.race([waiting, sleep(10_000)]);
       assert.equal(woke, true, "the recreated subscription delivered the release");
       await backend.close();
+    });
+
+    it("plain claim: a new key is one SET NX PX GET; its fresh record's times come from the key's expiry", async () => {
+      const backend = make();
+      const k = `k-${randomUUID()}`;
+      const raw = rawKey(backend, k);
+      const serverBefore = Number((await io.time())[0]) * 1000;
+      const won = await backend.claim(k, { ...claimOptions(5_000, 20_000), fingerprint: "fp-ü€" });
+      assert.equal(won.kind === "won" && won.via, "absent");
+      const claim = (won as Won).claim;
+      const value = await io.getBuffer(raw);
+      assert.equal(value?.[0], 3, "a fresh (version 3) record: written by the plain SET, not a script");
+      const expireAt = Number(await io.call("PEXPIRETIME", raw));
+      const record = await backend.get(k);
+      assert.ok(record);
+      assert.equal(record.claimedAt, expireAt - (5_000 + 20_000 + 60_000), "claimedAt = PEXPIRETIME − px");
+      assert.equal(record.leaseUntil, record.claimedAt + 5_000);
+      assert.equal(record.expiresAt, record.leaseUntil + 20_000);
+      assert.equal(record.fingerprint, "fp-ü€");
+      assert.ok(record.claimedAt >= serverBefore - 1_000, "times are the server's");
+      assert.ok(
+        claim.leaseUntil <= record.leaseUntil && claim.leaseUntil > record.leaseUntil - 1_000,
+        `the claim's lease (${claim.leaseUntil}) is read before the SET: never later than the record's (${record.leaseUntil})`,
+      );
+      // the outcomes that write nothing are decided from the SET's reply; the others by the script
+      const held = await backend.claim(k, claimOptions());
+      assert.equal(held.kind, "held");
+      assert.equal(held.kind === "held" && held.fingerprint, "fp-ü€");
+      assert.ok(held.kind === "held" && held.remainingMs > 0 && held.remainingMs <= 5_000);
+      const again = await backend.claim(k, { ...claimOptions(5_000, 20_000), token: claim.token });
+      assert.equal(again.kind === "won" && again.via, "reaffirmed");
+      assert.equal((await io.getBuffer(raw))?.[0], 2, "the script rewrote it as version 2");
+      assert.equal(await backend.complete(claim, { ttlMs: 20_000, result: Uint8Array.of(7) }), true);
+      const done = await backend.claim(k, claimOptions());
+      assert.equal(done.kind, "done");
+      assert.deepEqual(done.kind === "done" && Array.from(done.result ?? []), [7]);
+    });
+
+    it("plain claim: every transition reads a fresh record (complete, release, renew, a lapsed reclaim)", async () => {
+      const backend = make();
+      for (const step of ["complete", "release", "renew", "reclaim"] as const) {
+        const k = `k-${randomUUID()}`;
+        const won = await backend.claim(k, claimOptions(step === "reclaim" ? 200 : 5_000));
+        const claim = (won as Won).claim;
+        assert.equal((await io.getBuffer(rawKey(backend, k)))?.[0], 3);
+        if (step === "complete") {
+          assert.equal(await backend.complete({ ...claim, fence: 2 }, { ttlMs: 60_000 }), false);
+          assert.equal(await backend.complete(claim, { ttlMs: 60_000 }), true);
+          assert.equal((await backend.get(k))?.state, "done");
+        } else if (step === "release") {
+          assert.equal(await backend.release(claim), true);
+          assert.equal((await backend.get(k))?.fence, 2, "release advanced the fence");
+          const next = await backend.claim(k, claimOptions());
+          assert.equal(next.kind === "won" && next.claim.fence, 3);
+        } else if (step === "renew") {
+          assert.equal(await backend.renew(claim, 9_000), true);
+          const record = await backend.get(k);
+          assert.ok(record && record.leaseUntil - record.claimedAt > 5_000, "the lease was extended");
+        } else {
+          await sleep(260);
+          const next = await backend.claim(k, claimOptions());
+          assert.equal(next.kind === "won" && next.via, "lapsed");
+          assert.equal(next.kind === "won" && next.claim.fence, 2);
+          assert.equal(await backend.complete(claim, { ttlMs: 60_000 }), false, "the zombie is fenced out");
+        }
+      }
+    });
+
+    it("plainClaims: false claims by script only (version-2 records from the start)", async () => {
+      const namespace = `x${randomUUID().slice(0, 8)}`;
+      const backend = new RedisBackend({ client, namespace, plainClaims: false });
+      const k = `k-${randomUUID()}`;
+      assert.equal((await backend.claim(k, claimOptions())).kind, "won");
+      assert.equal((await io.getBuffer(`${namespace}:{${k}}`))?.[0], 2);
     });
 
     it("complete publishes only when a waiter's marker is set; a waiter elsewhere is woken", async () => {

@@ -1,6 +1,7 @@
+import { isUtf8 } from "node:buffer";
 import { ConfigurationError, storageError } from "../../core/errors.js";
 import { validateNamespace } from "../../core/namespace.js";
-import { decodeRecord, visible } from "../../core/transitions.js";
+import { decodeRecord, planClaim, visible } from "../../core/transitions.js";
 import type {
   Backend,
   BackendCapabilities,
@@ -22,7 +23,9 @@ import {
   CLAIM,
   COMPLETE,
   DELETE_ONE,
+  freshPrefix,
   GET,
+  packFresh,
   RELEASE,
   RENEW,
   type Script,
@@ -53,6 +56,13 @@ export interface RedisBackendOptions {
    * Pub/Sub; one subscriber connection per backend). Off: waits poll. @default true
    */
   readonly notifications?: boolean | undefined;
+  /**
+   * Claim a new key with one plain `SET key value NX PX ms GET` (Redis 7+, standalone servers) instead
+   * of a script; existing keys are still decided by the claim script or, for read-only outcomes (held,
+   * done), from the value that same `SET` returned. Turned off by itself on a server that refuses the
+   * command (Redis before 7.0), and never used on a Cluster. @default true
+   */
+  readonly plainClaims?: boolean | undefined;
   /**
    * How long a channel stays subscribed after its last waiter left, so a waiter that loops does not
    * subscribe and unsubscribe on every turn. @default 1_000
@@ -101,9 +111,15 @@ function snapshot(record: StoredRecord | undefined): string {
     : `${record.state}|${record.fence}|${record.token}|${record.leaseUntil}`;
 }
 
-/** A result as the complete script stores it: `+` and the bytes. */
-function resultArg(value: Uint8Array): Buffer {
-  return Buffer.concat([PLUS_BUFFER, value], value.byteLength + 1);
+/**
+ * A result as the complete script stores it: `+` and the bytes. Valid UTF-8 (JSON, text) goes as a
+ * string, which the client encodes back to the same bytes; a Buffer argument would switch ioredis to
+ * its buffer mode, which costs about as much client CPU as the rest of the command.
+ */
+function resultArg(value: Uint8Array): RedisArg {
+  const view = Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+  if (isUtf8(view)) return `+${view.toString("utf8")}`;
+  return Buffer.concat([PLUS_BUFFER, view], value.byteLength + 1);
 }
 
 /**
@@ -133,6 +149,7 @@ export class RedisBackend implements Backend {
   readonly #lingering = new Map<string, ReturnType<typeof setTimeout>>();
   #subscriber: Promise<Subscriber> | undefined;
   #closed = false;
+  #plain: boolean;
 
   constructor(options: RedisBackendOptions) {
     if (options === undefined || options === null || typeof options !== "object") {
@@ -155,6 +172,7 @@ export class RedisBackend implements Backend {
       });
     }
     this.#notify = options.notifications ?? true;
+    this.#plain = (options.plainClaims ?? true) && this.#driver.plain;
     this.capabilities = {
       serverClock: true,
       notifications: this.#notify,
@@ -200,20 +218,24 @@ export class RedisBackend implements Backend {
   // A service uses one lease and one ttl for nearly every call: their argument strings are kept.
   #leaseFor = Number.NaN;
   #ttlFor = Number.NaN;
+  #lease = 0;
   #leaseArg = "";
   #ttlArg = "";
   #claimPx = "";
   #ttlPx = "";
+  #fresh = "";
 
   /** Validates and formats a lease and a ttl once per distinct pair. */
   #durations(leaseMs: number, ttlMs: number): void {
     if (leaseMs === this.#leaseFor && ttlMs === this.#ttlFor) return;
     const lease = this.#ms("leaseMs", leaseMs);
     const ttl = this.#ms("ttlMs", ttlMs);
+    this.#lease = lease;
     this.#leaseArg = String(lease);
     this.#ttlArg = String(ttl);
     this.#claimPx = this.#px(lease + ttl);
     this.#ttlPx = this.#px(ttl);
+    this.#fresh = freshPrefix(lease, ttl, this.#claimPx);
     this.#leaseFor = leaseMs;
     this.#ttlFor = ttlMs;
   }
@@ -286,6 +308,10 @@ export class RedisBackend implements Backend {
     } catch (error) {
       return Promise.reject(error);
     }
+    return this.#plain ? this.#plainClaim(key, options, args) : this.#scriptClaim(key, options, args);
+  }
+
+  #scriptClaim(key: string, options: ClaimOptions, args: RedisArg[]): Promise<ClaimOutcome> {
     return this.#driver.run(CLAIM, [this.#key(key)], args, true).then(
       (reply) => {
         try {
@@ -301,14 +327,57 @@ export class RedisBackend implements Backend {
   }
 
   /**
-   * Claims many keys in one round trip (the scripts are pipelined), each decided exactly as `claim`.
-   * Outcomes come in request order. If any call fails the whole batch rejects with `StorageError`;
-   * claims it won meanwhile simply lapse after their lease.
+   * The plain-command claim (after `#claimArgs` validated the durations). `SET … NX PX … GET` takes an
+   * absent key atomically and writes a fresh record whose times live in the key's expiry (server
+   * clock; see FRESH_VERSION in scripts.ts). When the key exists the same call returns its value
+   * untouched; the outcomes that write nothing — held, done — are decided from it by `planClaim` with
+   * the server time read just before the SET (never later, so a lease or a ttl is at most judged a
+   * fraction of a millisecond longer than it lasts, never shorter). Every outcome that writes —
+   * reclaim, re-affirm, expiry, corrupt, a value that is not a string, a fresh record of another
+   * holder, no time reading — goes to the claim script, which decides again from scratch; the token
+   * makes that retry safe even when this SET took the key.
+   */
+  #plainClaim(key: string, options: ClaimOptions, args: RedisArg[]): Promise<ClaimOutcome> {
+    const value = packFresh(this.#fresh, options.token, options.fingerprint);
+    const lease = this.#lease;
+    return this.#driver.plainClaim(this.#key(key), value, this.#claimPx).then(
+      ({ now, previous }): ClaimOutcome | Promise<ClaimOutcome> => {
+        if (Number.isNaN(now)) return this.#scriptClaim(key, options, args);
+        if (previous === null || previous === undefined) {
+          const claim = {
+            key,
+            fence: 1,
+            token: options.token,
+            leaseUntil: now + lease,
+            ttlMs: options.ttlMs,
+            reclaimed: false,
+          };
+          return { kind: "won", via: "absent", claim };
+        }
+        const raw = Buffer.isBuffer(previous) ? previous : Buffer.from(String(previous), "latin1");
+        const plan = planClaim(decodeRecord(unpackRecord(key, raw)), key, now, options);
+        return plan.write === undefined ? plan.outcome : this.#scriptClaim(key, options, args);
+      },
+      (cause: unknown) => {
+        const message = cause instanceof Error ? cause.message : "";
+        if (message.startsWith("ERR syntax error"))
+          this.#plain = false; // Redis < 7: no SET … NX … GET
+        else if (!message.startsWith("WRONGTYPE")) throw storageError(this.name, "claim", key, cause);
+        return this.#scriptClaim(key, options, args);
+      },
+    );
+  }
+
+  /**
+   * Claims many keys in one round trip (all sent in one tick, one write), each decided exactly as
+   * `claim`. Outcomes come in request order. If any call fails the whole batch rejects with
+   * `StorageError`; claims it won meanwhile simply lapse after their lease.
    */
   async claimMany(
     requests: ReadonlyArray<{ readonly key: string; readonly options: ClaimOptions }>,
   ): Promise<ClaimOutcome[]> {
     if (requests.length === 0) return [];
+    if (this.#plain) return Promise.all(requests.map((r) => this.claim(r.key, r.options)));
     let replies: unknown[];
     try {
       replies = await this.#driver.runMany(
@@ -398,14 +467,15 @@ export class RedisBackend implements Backend {
     return this.#decodeGet(key, reply);
   }
 
-  /** A `get` or `watch` reply: {now, 1} (not a string) or {now, 0, raw or nil}. */
+  /** A `get` or `watch` reply: {now, 1} (not a string) or {now, 0, raw or nil[, PEXPIRETIME of a fresh record]}. */
   #decodeGet(key: string, reply: unknown): StoredRecord | undefined {
     if (!Array.isArray(reply)) return undefined;
     const now = num(reply[0]);
     const raw = reply[2];
     if (num(reply[1]) !== 0 || raw === null || raw === undefined) return undefined;
+    const expireAt = reply[3] === undefined ? undefined : num(reply[3]);
     const observed = decodeRecord(
-      unpackRecord(key, Buffer.isBuffer(raw) ? raw : Buffer.from(String(raw), "latin1")),
+      unpackRecord(key, Buffer.isBuffer(raw) ? raw : Buffer.from(String(raw), "latin1"), expireAt),
     );
     return visible(observed, now);
   }

@@ -16,6 +16,8 @@ type AnyFn = (...args: any[]) => any;
 /** The subset of an ioredis `Redis` or `Cluster` this backend uses. */
 export interface IoredisLike {
   evalsha: AnyFn;
+  setBuffer: AnyFn;
+  time: AnyFn;
   evalshaBuffer: AnyFn;
   eval: AnyFn;
   evalBuffer: AnyFn;
@@ -64,6 +66,62 @@ export interface Driver {
     buffers: boolean,
   ): Promise<unknown[]>;
   subscriber(name: string, events: SubscriberEvents): Promise<Subscriber>;
+  /** Whether `plainClaim` may be used: standalone servers only (see there). */
+  readonly plain: boolean;
+  /**
+   * `SET key value NX PX px GET`, preceded on the same connection by one `TIME` per tick that every
+   * plain claim of the tick shares. Resolves the previous value (null when this SET took the key) and
+   * the server time read before the SET (NaN when that reading failed or came late). On a Cluster
+   * `TIME` cannot be routed to the key's node, so there `plain` is false.
+   */
+  plainClaim(key: string, value: RedisArg, px: string): Promise<PlainClaimReply>;
+}
+
+export interface PlainClaimReply {
+  /** Server milliseconds read before the SET ran (never after it), or NaN. */
+  readonly now: number;
+  readonly previous: unknown;
+}
+
+/** `TIME` as the scripts read it: whole milliseconds of the server clock. */
+function timeMs(reply: unknown): number {
+  if (!Array.isArray(reply)) return Number.NaN;
+  const us = Number(String(reply[1]));
+  return Number(String(reply[0])) * 1000 + (us - (us % 1000)) / 1000;
+}
+
+/**
+ * One `TIME` per tick for the tick's plain claims: it is sent before them on the same connection, so
+ * the server runs it first and its reading is never later than any of their SETs. (It resolves first,
+ * too: replies come in order, so the reading is in place when a SET's reply is handled; if not, the
+ * claim sees NaN and takes the script path.)
+ */
+class TickClock {
+  #reading: { ms: number } | undefined;
+  readonly #end = () => {
+    this.#reading = undefined;
+  };
+
+  constructor(readonly read: () => Promise<unknown>) {}
+
+  current(): { ms: number } {
+    let reading = this.#reading;
+    if (reading === undefined) {
+      const fresh = { ms: Number.NaN };
+      reading = fresh;
+      this.#reading = fresh;
+      this.read().then(
+        (reply) => {
+          fresh.ms = timeMs(reply);
+        },
+        () => {
+          // no reading: the claims of this tick take the script path
+        },
+      );
+      process.nextTick(this.#end);
+    }
+    return reading;
+  }
 }
 
 const RESP_BLOB_STRING = 36;
@@ -117,11 +175,24 @@ class IoredisDriver implements Driver {
     stream?.uncork();
   };
 
+  readonly plain: boolean;
+  readonly #clock: TickClock;
+
   constructor(client: IoredisLike, flavour: RedisFlavour) {
     this.#client = client;
     this.flavour = flavour;
     const options = (client as { options?: { enableAutoPipelining?: boolean } }).options;
     this.#batching = flavour === "ioredis" && options?.enableAutoPipelining !== true;
+    this.plain = flavour === "ioredis";
+    this.#clock = new TickClock(() => this.#client.time());
+  }
+
+  plainClaim(key: string, value: RedisArg, px: string): Promise<PlainClaimReply> {
+    this.#cork();
+    const reading = this.#clock.current();
+    return (this.#client.setBuffer(key, value, "PX", px, "NX", "GET") as Promise<unknown>).then(
+      (previous) => ({ now: reading.ms, previous }),
+    );
   }
 
   /**
@@ -211,10 +282,26 @@ class NodeRedisDriver implements Driver {
   readonly flavour: RedisFlavour;
   readonly #cluster: boolean;
 
+  readonly plain: boolean;
+  readonly #clock: TickClock;
+
   constructor(client: NodeRedisLike, flavour: RedisFlavour) {
     this.#client = client;
     this.flavour = flavour;
     this.#cluster = flavour === "node-redis-cluster";
+    this.plain = !this.#cluster;
+    this.#clock = new TickClock(() => this.#client.sendCommand(["TIME"]));
+  }
+
+  /** node-redis writes a tick's commands together, in order, by itself. */
+  plainClaim(key: string, value: RedisArg, px: string): Promise<PlainClaimReply> {
+    const reading = this.#clock.current();
+    return (
+      this.#client.sendCommand(
+        ["SET", key, value, "NX", "PX", px, "GET"],
+        NODE_REDIS_BUFFERS,
+      ) as Promise<unknown>
+    ).then((previous) => ({ now: reading.ms, previous }));
   }
 
   #send(key: string, args: RedisArg[], buffers: boolean): Promise<unknown> {

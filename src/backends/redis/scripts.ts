@@ -49,6 +49,18 @@ export const RECORD_FORMAT = ">BBdddddi4c0i4c0i4c0";
 export const RECORD_VERSION = 2;
 /** Bytes before the token: version, state, five doubles, the token's length. */
 export const RECORD_HEADER_BYTES = 46;
+/**
+ * A fresh claim written by a plain `SET key value NX PX px GET` (no script, so no server time in the
+ * value). It is text, so the client sends it without ioredis' costly buffer mode:
+ *
+ *     \x03 c <leaseMs> , <ttlMs> , <px> , <#token> , <token> <fingerprint: empty, or + and the value>
+ *
+ * — state claimed, fence 1, and in place of the three times the durations it was claimed with. The
+ * server's clock is in the key's expiry: claimedAt = PEXPIRETIME − px, leaseUntil = claimedAt +
+ * leaseMs, expiresAt = leaseUntil + ttlMs — exactly the record the claim script would have written at
+ * the instant of the `SET`. Every script reads it that way (`DECODE`) and rewrites it as version 2.
+ */
+export const FRESH_VERSION = 3;
 
 // `now` in whole milliseconds of the server clock; `H` the record format.
 const PRELUDE = `local k, H = KEYS[1], '${RECORD_FORMAT}'
@@ -59,10 +71,27 @@ local now = tonumber(tm[1]) * 1000 + (us - us % 1000) / 1000
 
 /**
  * Decodes `raw` (a string) into ok, v, s, f, l, e, c, d, t, p, r, nx (locals of the including script);
- * `valid` is true only for a well-formed version-2 record.
+ * `valid` is true only for a well-formed record. A fresh record (version 3, written by the plain-command
+ * claim) is turned into the version-2 fields here, its times taken from the key's own expiry.
  */
 const DECODE = `
-local ok, v, s, f, l, e, c, d, t, p, r, nx = pcall(struct.unpack, H, raw)
+local ok, v, s, f, l, e, c, d, t, p, r, nx
+if string.byte(raw) == ${FRESH_VERSION} then
+  local lm, tm, px, tl, at = string.match(raw, '^\\${FRESH_VERSION}c(%d+),(%d+),(%d+),(%d+),()')
+  if at then
+    tl = tonumber(tl)
+    t, p = string.sub(raw, at, at + tl - 1), string.sub(raw, at + tl)
+    local x = redis.call('PEXPIRETIME', k)
+    if #t == tl and x > 0 and (p == '' or string.byte(p) == 43) then
+      ok, v, s, f, d, r, nx = true, ${RECORD_VERSION}, 99, 1, 0, '', #raw + 1
+      c = x - tonumber(px)
+      l = c + tonumber(lm)
+      e = l + tonumber(tm)
+    end
+  end
+else
+  ok, v, s, f, l, e, c, d, t, p, r, nx = pcall(struct.unpack, H, raw)
+end
 local valid = ok and v == ${RECORD_VERSION} and nx == #raw + 1 and (s == 99 or s == 100) and f >= 1 and f % 1 == 0`;
 
 /**
@@ -165,18 +194,19 @@ return 1
 `,
 );
 
-/**
- * get — no ARGV. Returns {now, 1} for a value that is not a string, else {now, 0, raw or nil}; the
- * client decodes it with `unpackRecord` and judges expiry by `now`.
- */
-export const GET = script(
-  "get",
-  `
+/** The tail of `get` and `watch`: the raw value, and for a fresh record the key's expiry. */
+const READ = `
 local raw = redis.pcall('GET', k)
 if type(raw) == 'table' then return {now, 1} end
-return {now, 0, raw}
-`,
-);
+if raw and string.byte(raw) == ${FRESH_VERSION} then return {now, 0, raw, redis.call('PEXPIRETIME', k)} end
+return {now, 0, raw}`;
+
+/**
+ * get — no ARGV. Returns {now, 1} for a value that is not a string, else {now, 0, raw or nil[, the
+ * key's PEXPIRETIME for a fresh record]}; the client decodes it with `unpackRecord` and judges expiry
+ * by `now`.
+ */
+export const GET = script("get", READ);
 
 /**
  * watch — KEYS: record, waiter marker; ARGV: how long the marker must live at least (ms). Extends the
@@ -187,9 +217,7 @@ export const WATCH = script(
   "watch",
   `
 if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[1]) then redis.call('SET', KEYS[2], '1', 'PX', ARGV[1]) end
-local raw = redis.pcall('GET', k)
-if type(raw) == 'table' then return {now, 1} end
-return {now, 0, raw}
+${READ}
 `,
 );
 
@@ -203,11 +231,12 @@ function optional(raw: Buffer, start: number, end: number): Buffer | null | unde
 }
 
 /**
- * Reads the version-2 layout above into the fields `decodeRecord` checks; anything malformed comes
- * back with missing fields (the fence kept when it is readable), which `decodeRecord` turns into a
- * corrupt record.
+ * Reads the version-2 layout above (or a fresh version-3 record, given its key's PEXPIRETIME) into the
+ * fields `decodeRecord` checks; anything malformed comes back with missing fields (the fence kept when
+ * it is readable), which `decodeRecord` turns into a corrupt record.
  */
-export function unpackRecord(key: string, raw: Buffer): Record<string, unknown> {
+export function unpackRecord(key: string, raw: Buffer, expireAt?: number): Record<string, unknown> {
+  if (raw[0] === FRESH_VERSION) return unpackFresh(key, raw, expireAt);
   if (raw.length < 10 || raw[0] !== RECORD_VERSION) {
     const legacy = /^1\|[^|]*\|(\d+)\|/.exec(raw.toString("latin1", 0, 64));
     return { key, fence: legacy === null ? undefined : Number(legacy[1]) };
@@ -238,4 +267,44 @@ export function unpackRecord(key: string, raw: Buffer): Record<string, unknown> 
     fingerprint: fingerprint?.toString("utf8"),
     result: result === undefined ? undefined : new Uint8Array(result),
   };
+}
+
+/** A fresh record's header after its first byte (3). */
+const FRESH_HEADER = /^c(\d+),(\d+),(\d+),(\d+),/;
+
+/** A fresh record (see FRESH_VERSION); without its key's expiry it cannot be read (corrupt, fence 1). */
+function unpackFresh(key: string, raw: Buffer, expireAt: number | undefined): Record<string, unknown> {
+  const corrupt = { key, fence: undefined };
+  const header = FRESH_HEADER.exec(raw.toString("latin1", 1, 80));
+  if (header === null || expireAt === undefined || !(expireAt > 0)) return corrupt;
+  const at = 1 + header[0].length;
+  const tokenEnd = at + Number(header[4]);
+  if (tokenEnd > raw.length) return corrupt;
+  const fingerprint = optional(raw, tokenEnd, raw.length);
+  if (fingerprint === null) return corrupt;
+  const claimedAt = expireAt - Number(header[3]);
+  const leaseUntil = claimedAt + Number(header[1]);
+  return {
+    key,
+    state: "claimed",
+    fence: 1,
+    token: raw.toString("utf8", at, tokenEnd),
+    leaseUntil,
+    expiresAt: leaseUntil + Number(header[2]),
+    claimedAt,
+    completedAt: undefined,
+    fingerprint: fingerprint?.toString("utf8"),
+    result: undefined,
+  };
+}
+
+/** The fixed start of a fresh record (see FRESH_VERSION) for one lease, ttl and `PX`. */
+export function freshPrefix(leaseMs: number, ttlMs: number, px: string): string {
+  return `\x03c${leaseMs},${ttlMs},${px},`;
+}
+
+/** A fresh record: `prefix` (from `freshPrefix`), the token's UTF-8 length, token, fingerprint. */
+export function packFresh(prefix: string, token: string, fingerprint: string | undefined): string {
+  const fp = fingerprint === undefined ? "" : `+${fingerprint}`;
+  return `${prefix}${Buffer.byteLength(token, "utf8")},${token}${fp}`;
 }
