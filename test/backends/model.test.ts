@@ -147,6 +147,12 @@ const subjects: { name: string; make: (ns: string) => Backend }[] = [
     make: (namespace) => new RedisBackend({ client: redis, namespace, notifications: false }),
   },
   {
+    // every claim by the claim script, as on a Cluster (the default claims new keys with a plain SET)
+    name: "redis (ioredis, script claims only)",
+    make: (namespace) =>
+      new RedisBackend({ client: redis, namespace, notifications: false, plainClaims: false }),
+  },
+  {
     name: "postgres",
     make: (namespace) =>
       new PostgresBackend({ pool: pgPool, schema: pgSchema, namespace, notifications: false }),
