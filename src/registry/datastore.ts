@@ -15,6 +15,12 @@ import { ConfigurationError } from "../core/errors.js";
 import { connectTimeout, loadDriver, parseUrl, reachWithin, redactUrl } from "./support.js";
 import type { RegistryEntry } from "./types.js";
 
+/**
+ * The default bound on `open` for the Google stores: their client's first call loads its protobuf
+ * definitions and opens a gRPC channel, which takes seconds in a cold process on a busy machine.
+ */
+export const GOOGLE_CONNECT_TIMEOUT_MS = 15_000;
+
 /** A Google store URL, taken apart. */
 export interface GoogleUrl {
   /** `host:port` of an emulator named in the URL, else undefined. */
@@ -95,7 +101,7 @@ export const datastore: RegistryEntry = {
   },
   async open(url, options) {
     const parsed = parseGoogleUrl("datastore", url, "kind", "DATASTORE_EMULATOR_HOST");
-    const timeoutMs = connectTimeout("datastore", options.connectTimeoutMs);
+    const timeoutMs = connectTimeout("datastore", options.connectTimeoutMs ?? GOOGLE_CONNECT_TIMEOUT_MS);
     const driver = await loadDriver(
       "datastore",
       "datastore:",

@@ -9,7 +9,7 @@
  * else the credentials' project), `collection` (default `oncely_records`).
  */
 
-import { parseGoogleUrl } from "./datastore.js";
+import { GOOGLE_CONNECT_TIMEOUT_MS, parseGoogleUrl } from "./datastore.js";
 import { connectTimeout, loadDriver, reachWithin, redactUrl } from "./support.js";
 import type { RegistryEntry } from "./types.js";
 
@@ -23,7 +23,7 @@ export const firestore: RegistryEntry = {
   },
   async open(url, options) {
     const parsed = parseGoogleUrl("firestore", url, "collection", "FIRESTORE_EMULATOR_HOST");
-    const timeoutMs = connectTimeout("firestore", options.connectTimeoutMs);
+    const timeoutMs = connectTimeout("firestore", options.connectTimeoutMs ?? GOOGLE_CONNECT_TIMEOUT_MS);
     const driver = await loadDriver(
       "firestore",
       "firestore:",
