@@ -49,6 +49,7 @@ backendContract(
     name: "redis cluster (ioredis)",
     time: "server",
     create: ({ namespace }) => make(io, namespace),
+    createWithoutNamespace: () => new RedisBackend({ client: io as never }),
     corrupt: async (backend, key) => {
       await io.set(rawKey(backend, key), "garbage");
     },
@@ -61,6 +62,7 @@ backendContract(
     name: "redis cluster (node-redis)",
     time: "server",
     create: ({ namespace }) => make(nodeRedis, namespace),
+    createWithoutNamespace: () => new RedisBackend({ client: nodeRedis as never }),
     corrupt: async (backend, key) => {
       // a value of the wrong type altogether
       await nodeRedis.del(rawKey(backend, key));

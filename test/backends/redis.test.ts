@@ -38,6 +38,8 @@ backendContract(
       namespaces.set(backend, namespace);
       return backend;
     },
+    // no namespace option: the default namespace "oncely" (every Redis key carries one)
+    createWithoutNamespace: () => new RedisBackend({ client: io }),
     // not a record at all
     corrupt: async (backend, key) => {
       await io.set(rawKey(backend, key), "\xff garbage");
@@ -55,6 +57,8 @@ backendContract(
       namespaces.set(backend, namespace);
       return backend;
     },
+    // no namespace option: the default namespace "oncely" (every Redis key carries one)
+    createWithoutNamespace: () => new RedisBackend({ client: nodeRedis }),
     // a torn record whose fence is still readable: the next claim continues above it
     corrupt: async (backend, key) => {
       await nodeRedis.set(rawKey(backend, key), "1|d|1|not|a record");
