@@ -243,6 +243,41 @@ describe("dynamodb backend: beyond the contract", () => {
     assert.equal((await backend.claim(k, options())).kind, "done");
   });
 
+  it("corrupt items of any shape are claimed as absent, continuing above a readable fence", async () => {
+    for (const mode of ["plain", "allOld"] as const) {
+      const clock = new ManualClock();
+      const { backend, namespace, client, table } = make({ clock }, mode);
+      const old = { N: String(clock.now() - 1_000) };
+      const future = { N: String(clock.now() + 60_000) };
+      const shapes: Array<[Record<string, unknown>, number]> = [
+        // a string fence with an expired time: the claim's own write must not try fence arithmetic
+        [{ state: { S: "claimed" }, fence: { S: "3" }, expiresAtMs: old, leaseUntil: old }, 1],
+        // an expired item of an unknown state: taken by the claim's own write, reported as corrupt
+        [{ state: { S: "garbage" }, fence: { N: "4" }, expiresAtMs: old }, 5],
+        // a live item without a token: decided from the image, overwritten by a conditioned put
+        [{ state: { S: "claimed" }, fence: { N: "6" }, expiresAtMs: future, leaseUntil: future }, 7],
+      ];
+      for (const [attributes, fence] of shapes) {
+        const k = `k-${randomUUID()}`;
+        await client.send(
+          new PutItemCommand({
+            TableName: table,
+            Item: { pk: { S: pk(namespace, k) }, ...attributes } as never,
+          }),
+        );
+        assert.equal(await backend.get(k), undefined);
+        const outcome = await backend.claim(k, options());
+        assert.equal(
+          outcome.kind === "won" && outcome.via,
+          "corrupt",
+          `${mode} ${JSON.stringify(attributes)}`,
+        );
+        assert.equal(won(outcome).fence, fence);
+        assert.equal((await backend.get(k))?.fence, fence);
+      }
+    }
+  });
+
   it("refuses bad table and attribute names, clients and margins with ConfigurationError", () => {
     const { client } = make();
     const bad: Array<Record<string, unknown>> = [
