@@ -39,7 +39,7 @@ export function mysqlStatements(table: string): MysqlStatements {
   const key = q("key");
   const written = RECORD_COLUMNS.filter((c) => c !== "namespace" && c !== "key");
   return {
-    ...sharedStatements(mysqlDialect, table),
+    ...sharedStatements<never>(mysqlDialect, table),
     insert: compile(
       mysqlDialect,
       `INSERT INTO ${table} (${columnList(q, RECORD_COLUMNS)}) VALUES (${RECORD_COLUMNS.map((c) => `:${c}`).join(", ")})`,

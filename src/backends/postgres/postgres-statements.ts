@@ -51,7 +51,7 @@ export function statementName(statement: Compiled): string {
 }
 
 export function postgresStatements(table: string): PostgresStatements {
-  const shared = sharedStatements(postgresDialect, table);
+  const shared = sharedStatements<never>(postgresDialect, table);
   const cols = columnList(postgresDialect.quote, RECORD_COLUMNS);
   const report = `fence, lease_until, expires_at, fingerprint, result, completed_at, claimed_at`;
   const sources = sharedSources(postgresDialect, table);

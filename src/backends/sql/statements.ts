@@ -8,15 +8,19 @@
 import { READ_COLUMNS } from "./columns.js";
 import { type Compiled, compile, type SqlDialect } from "./dialect.js";
 
-export interface SharedStatements {
+/**
+ * `Now` names the clock parameter of a dialect whose clock is a parameter (SQLite's injected clock:
+ * `"now"`); it is `never` for dialects that read their own.
+ */
+export interface SharedStatements<Now extends string = never> {
   /**
    * One row: `now_ms` (the clock's now), `found` (NULL when there is no record) and the record's
    * columns.
    */
-  readonly select: Compiled<"namespace" | "key">;
-  readonly complete: Compiled<"namespace" | "key" | "fence" | "result" | "ttl">;
-  readonly release: Compiled<"namespace" | "key" | "fence" | "ttl">;
-  readonly renew: Compiled<"namespace" | "key" | "fence" | "lease" | "ttl">;
+  readonly select: Compiled<Now | "namespace" | "key">;
+  readonly complete: Compiled<Now | "namespace" | "key" | "fence" | "result" | "ttl">;
+  readonly release: Compiled<Now | "namespace" | "key" | "fence" | "ttl">;
+  readonly renew: Compiled<Now | "namespace" | "key" | "fence" | "lease" | "ttl">;
   readonly remove: Compiled<"namespace" | "key">;
 }
 
@@ -24,14 +28,19 @@ export interface SharedStatements {
 export type SharedSources = { readonly [K in keyof SharedStatements]: string };
 
 /** The shared statements on `table` (already validated, quoted and qualified). */
-export function sharedStatements(dialect: SqlDialect, table: string): SharedStatements {
+export function sharedStatements<Now extends string = never>(
+  dialect: SqlDialect,
+  table: string,
+): SharedStatements<Now> {
   const sources = sharedSources(dialect, table);
+  type Of<K extends keyof SharedStatements<Now>> =
+    SharedStatements<Now>[K] extends Compiled<infer N> ? N : never;
   return {
-    select: compile(dialect, sources.select),
-    complete: compile(dialect, sources.complete),
-    release: compile(dialect, sources.release),
-    renew: compile(dialect, sources.renew),
-    remove: compile(dialect, sources.remove),
+    select: compile<Of<"select">>(dialect, sources.select),
+    complete: compile<Of<"complete">>(dialect, sources.complete),
+    release: compile<Of<"release">>(dialect, sources.release),
+    renew: compile<Of<"renew">>(dialect, sources.renew),
+    remove: compile<Of<"remove">>(dialect, sources.remove),
   };
 }
 

@@ -1,6 +1,2 @@
-export {
-  SqliteBackend,
-  type SqliteBackendOptions,
-  type SqliteDatabaseLike,
-  type SqliteStatementLike,
-} from "./sqlite-backend.js";
+export { SqliteBackend, type SqliteBackendOptions } from "./sqlite-backend.js";
+export type { SqliteDatabaseLike, SqliteStatementLike } from "./sqlite-client.js";

@@ -1,16 +1,7 @@
 import { type Clock, systemClock } from "../../core/clock.js";
-import { ConfigurationError, storageError } from "../../core/errors.js";
-import { validateIdentifier, validateNamespace } from "../../core/namespace.js";
-import {
-  decodeRecord,
-  type Observed,
-  type Plan,
-  planClaim,
-  planComplete,
-  planRelease,
-  planRenew,
-  visible,
-} from "../../core/transitions.js";
+import { ConfigurationError } from "../../core/errors.js";
+import { validateNamespace } from "../../core/namespace.js";
+import { type Plan, planClaim, visible } from "../../core/transitions.js";
 import type {
   Backend,
   BackendCapabilities,
@@ -20,68 +11,76 @@ import type {
   CompleteOptions,
   StoredRecord,
 } from "../../core/types.js";
-
-/** The subset of a better-sqlite3 `Statement` this backend uses. */
-export interface SqliteStatementLike {
-  run(...params: unknown[]): { changes: number };
-  get(...params: unknown[]): unknown;
-}
-
-/** The subset of a better-sqlite3 `Database` this backend uses (typed structurally: no hard dependency). */
-export interface SqliteDatabaseLike {
-  prepare(sql: string): SqliteStatementLike;
-  pragma(source: string, options?: { simple?: boolean }): unknown;
-  exec(source: string): unknown;
-  // biome-ignore lint/suspicious/noExplicitAny: better-sqlite3's transaction wrapper is generic over any function
-  transaction<F extends (...args: any[]) => unknown>(fn: F): F & { immediate: F };
-  close(): unknown;
-  readonly open: boolean;
-}
+import {
+  columnList,
+  RECORD_COLUMNS,
+  type RecordRow,
+  recordValues,
+  resultParam,
+  rowToObserved,
+} from "../sql/columns.js";
+import { bind, type Compiled, compile, type SqlDialect } from "../sql/dialect.js";
+import { sqlStorageError } from "../sql/errors.js";
+import { sqlIdentifier } from "../sql/identifier.js";
+import { purgeBatchSize, purgeInBatches } from "../sql/purge.js";
+import { SCHEMA_TABLE, SCHEMA_VERSION, schemaProblem, versionOf } from "../sql/schema.js";
+import { type SharedStatements, sharedStatements } from "../sql/statements.js";
+import { checkAppDatabase, type SqliteDatabaseLike, type SqliteStatementLike } from "./sqlite-client.js";
 
 export interface SqliteBackendOptions {
-  /** A better-sqlite3 `Database`, or a file path that this backend opens (and closes on `close()`). */
+  /**
+   * A better-sqlite3 `Database`, or a file path that this backend opens (and closes on `close()`).
+   * A `Database` passed in keeps its settings: the backend checks what it needs (`journal_mode` not
+   * off, `synchronous` not off without WAL, `busy_timeout` above 0) and refuses it with a
+   * `ConfigurationError` naming the pragma otherwise. A file it opens itself gets WAL, `synchronous =
+   * NORMAL` and `busyTimeoutMs`. Any `defaultSafeIntegers` setting reads back correctly.
+   */
   readonly database: SqliteDatabaseLike | string;
   /** Table holding the records; created on first use. @default "oncely_records" */
   readonly table?: string | undefined;
   /** Isolates this backend's keys from others sharing the table. */
   readonly namespace?: string | undefined;
   /**
-   * How long a transition waits for another process's write lock before failing with `StorageError`.
-   * better-sqlite3 waits synchronously, so keep it short. @default 2_000
+   * For a file this backend opens: how long a transition waits for another process's write lock
+   * before failing with `StorageError`. better-sqlite3 waits synchronously, so keep it short. A
+   * `Database` passed in keeps its own `busy_timeout`. @default 2_000
    */
   readonly busyTimeoutMs?: number | undefined;
   /** Clock that leases and ttl are judged by (SQLite has no clock of its own worth trusting across hosts). */
   readonly clock?: Clock | undefined;
+  /** Rows deleted per transaction by `purgeExpired()`. @default 1_000 */
+  readonly purgeBatchSize?: number | undefined;
 }
 
-interface Row {
-  key: string;
-  state: unknown;
-  fence: unknown;
-  token: unknown;
-  lease_until: unknown;
-  expires_at: unknown;
-  fingerprint: unknown;
-  result: unknown;
-  claimed_at: unknown;
-  completed_at: unknown;
+const BACKEND = "sqlite";
+
+/** SQLite's dialect for the shared statements: "now" is the injected clock, bound as a parameter. */
+const sqliteDialect: SqlDialect = {
+  backend: BACKEND,
+  quote: (identifier) => `"${identifier}"`,
+  placeholders: "positional",
+  nowMs: ":now",
+};
+
+interface Statements extends SharedStatements<"now"> {
+  readonly upsert: Compiled<(typeof RECORD_COLUMNS)[number]>;
+  readonly purge: Compiled<"now" | "limit">;
 }
 
-interface Statements {
-  readonly select: SqliteStatementLike;
-  readonly upsert: SqliteStatementLike;
-  readonly remove: SqliteStatementLike;
-  readonly purge: SqliteStatementLike;
+interface Prepared {
+  readonly statements: Statements;
+  readonly prepared: Map<Compiled, SqliteStatementLike>;
 }
 
 /**
- * The embedded, persistent default: records in a SQLite table (WAL mode). Every transition is one
- * `BEGIN IMMEDIATE` transaction — the write lock is taken before the read, so two processes on one
- * database file can never both decide from the same row. Leases are judged by the injected clock:
- * processes sharing a file share a host, and so a clock.
+ * The embedded, persistent default: records in a SQLite table. `claim` is one `BEGIN IMMEDIATE`
+ * transaction around `planClaim` — the write lock is taken before the read, so two processes on one
+ * database file can never both decide from the same row; `complete`, `release` and `renew` are the
+ * shared single UPDATEs (`../sql/statements.ts`). Leases are judged by the injected clock: processes
+ * sharing a file share a host, and so a clock.
  */
 export class SqliteBackend implements Backend {
-  readonly name = "sqlite";
+  readonly name = BACKEND;
   readonly capabilities: BackendCapabilities = {
     serverClock: false,
     notifications: false,
@@ -94,8 +93,9 @@ export class SqliteBackend implements Backend {
   readonly #namespace: string;
   readonly #clock: Clock;
   readonly #busyTimeoutMs: number;
+  readonly #purgeBatch: number;
   #db: SqliteDatabaseLike | undefined;
-  #statements: Statements | undefined;
+  #prepared: Prepared | undefined;
   #opening: Promise<void> | undefined;
 
   constructor(options: SqliteBackendOptions) {
@@ -104,24 +104,26 @@ export class SqliteBackend implements Backend {
       (typeof options.database !== "string" && typeof options.database?.prepare !== "function")
     ) {
       throw new ConfigurationError("options.database must be a better-sqlite3 Database or a file path", {
-        backend: "sqlite",
+        backend: BACKEND,
       });
     }
     this.#options = options;
-    this.#table = validateIdentifier(this.name, "table", options.table ?? "oncely_records");
-    this.#namespace = validateNamespace(this.name, options.namespace) ?? "";
+    this.#table = sqlIdentifier(BACKEND, "table", options.table ?? "oncely_records");
+    this.#namespace = validateNamespace(BACKEND, options.namespace) ?? "";
     this.#clock = options.clock ?? systemClock;
     this.#busyTimeoutMs = options.busyTimeoutMs ?? 2_000;
     if (!Number.isSafeInteger(this.#busyTimeoutMs) || this.#busyTimeoutMs < 0) {
-      throw new ConfigurationError(`busyTimeoutMs must be a non-negative integer`, { backend: this.name });
+      throw new ConfigurationError(`busyTimeoutMs must be a non-negative integer`, { backend: BACKEND });
     }
+    this.#purgeBatch = purgeBatchSize(BACKEND, options.purgeBatchSize);
+    if (typeof options.database !== "string") checkAppDatabase(BACKEND, options.database);
   }
 
-  async #ready(): Promise<Statements> {
-    if (this.#statements !== undefined) return this.#statements;
+  async #ready(): Promise<Prepared> {
+    if (this.#prepared !== undefined) return this.#prepared;
     this.#opening ??= this.#open();
     await this.#opening;
-    return this.#statements as unknown as Statements;
+    return this.#prepared as unknown as Prepared;
   }
 
   async #open(): Promise<void> {
@@ -137,25 +139,42 @@ export class SqliteBackend implements Backend {
         throw new ConfigurationError(
           "the sqlite backend needs the optional peer dependency better-sqlite3@12",
           {
-            backend: this.name,
+            backend: BACKEND,
             cause,
           },
         );
       }
       try {
         db = new Driver(database);
+        db.pragma(`busy_timeout = ${this.#busyTimeoutMs}`);
+        db.pragma("journal_mode = WAL");
+        db.pragma("synchronous = NORMAL");
       } catch (cause) {
         this.#opening = undefined;
-        throw storageError(this.name, "open", undefined, cause);
+        throw sqlStorageError(BACKEND, "open", undefined, cause);
       }
     } else {
       db = database;
     }
     try {
-      db.pragma(`busy_timeout = ${this.#busyTimeoutMs}`);
-      db.pragma("journal_mode = WAL");
-      db.pragma("synchronous = NORMAL");
-      const t = this.#table;
+      this.#migrateOn(db);
+      this.#prepared = { statements: this.#statementsFor(), prepared: new Map() };
+      this.#db = db;
+    } catch (cause) {
+      this.#opening = undefined;
+      if (typeof database === "string") db.close();
+      throw sqlStorageError(BACKEND, "open", undefined, cause);
+    }
+  }
+
+  /**
+   * Creates the table, its purge index and the schema-version row when missing (in one immediate
+   * transaction). A table made before versioning has this very layout and is recorded as version 1;
+   * a newer version is refused.
+   */
+  #migrateOn(db: SqliteDatabaseLike): void {
+    const t = this.#table;
+    db.transaction(() => {
       db.exec(
         `CREATE TABLE IF NOT EXISTS "${t}" (
           namespace TEXT NOT NULL,
@@ -171,131 +190,158 @@ export class SqliteBackend implements Backend {
           completed_at INTEGER,
           PRIMARY KEY (namespace, key)
         ) WITHOUT ROWID;
-        CREATE INDEX IF NOT EXISTS "${t}_expires_at" ON "${t}" (expires_at);`,
+        CREATE INDEX IF NOT EXISTS "${t}_expires_at" ON "${t}" (expires_at);
+        CREATE TABLE IF NOT EXISTS "${SCHEMA_TABLE}" (table_name TEXT PRIMARY KEY, version INTEGER NOT NULL);`,
       );
-      this.#statements = {
-        select: db.prepare(
-          `SELECT key, state, fence, token, lease_until, expires_at, fingerprint, result, claimed_at, completed_at
-           FROM "${t}" WHERE namespace = ? AND key = ?`,
-        ),
-        upsert: db.prepare(
-          `INSERT OR REPLACE INTO "${t}"
-           (namespace, key, state, fence, token, lease_until, expires_at, fingerprint, result, claimed_at, completed_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-        ),
-        remove: db.prepare(`DELETE FROM "${t}" WHERE namespace = ? AND key = ?`),
-        purge: db.prepare(`DELETE FROM "${t}" WHERE expires_at <= ?`),
-      };
-      this.#db = db;
+      const found = versionOf(
+        db.prepare(`SELECT version FROM "${SCHEMA_TABLE}" WHERE table_name = ?`).get(t) as
+          | { version?: unknown }
+          | undefined,
+      );
+      if (found !== undefined && found > SCHEMA_VERSION) throw schemaProblem(BACKEND, t, found);
+      if (found !== SCHEMA_VERSION) {
+        db.prepare(`INSERT OR REPLACE INTO "${SCHEMA_TABLE}" (table_name, version) VALUES (?, ?)`).run(
+          t,
+          SCHEMA_VERSION,
+        );
+      }
+    }).immediate();
+  }
+
+  #statementsFor(): Statements {
+    const table = `"${this.#table}"`;
+    const q = sqliteDialect.quote;
+    return {
+      ...sharedStatements<"now">(sqliteDialect, table),
+      upsert: compile(
+        sqliteDialect,
+        `INSERT OR REPLACE INTO ${table} (${columnList(q, RECORD_COLUMNS)})
+         VALUES (${RECORD_COLUMNS.map((c) => `:${c}`).join(", ")})`,
+      ),
+      // the subquery and the delete run in one statement under SQLite's single writer: nothing can be
+      // reclaimed between them
+      purge: compile(
+        sqliteDialect,
+        `DELETE FROM ${table} WHERE (namespace, key) IN
+           (SELECT namespace, key FROM ${table} WHERE expires_at <= :now LIMIT :limit)`,
+      ),
+    };
+  }
+
+  #statement(p: Prepared, statement: Compiled): SqliteStatementLike {
+    let prepared = p.prepared.get(statement);
+    if (prepared === undefined) {
+      prepared = (this.#db as SqliteDatabaseLike).prepare(statement.text);
+      p.prepared.set(statement, prepared);
+    }
+    return prepared;
+  }
+
+  async #changes<N extends string>(
+    operation: string,
+    key: string | undefined,
+    pick: (s: Statements) => Compiled<N>,
+    values: Readonly<Record<N, unknown>>,
+  ): Promise<number> {
+    const p = await this.#ready();
+    const statement = pick(p.statements);
+    try {
+      return this.#statement(p, statement).run(...bind(statement, values)).changes;
     } catch (cause) {
-      this.#opening = undefined;
-      if (typeof database === "string") db.close();
-      throw storageError(this.name, "open", undefined, cause);
+      throw sqlStorageError(BACKEND, operation, key, cause, (c) => /no such table/.test(String(c)));
     }
   }
 
-  #observe(statements: Statements, key: string): Observed {
-    const row = statements.select.get(this.#namespace, key) as Row | undefined;
-    if (row === undefined) return undefined;
-    return decodeRecord({
-      key: row.key,
-      state: row.state,
-      fence: row.fence,
-      token: row.token,
-      leaseUntil: row.lease_until,
-      expiresAt: row.expires_at,
-      fingerprint: row.fingerprint,
-      result: row.result,
-      claimedAt: row.claimed_at,
-      completedAt: row.completed_at,
-    });
+  #row(p: Prepared, key: string, now: number): RecordRow | undefined {
+    const s = p.statements.select;
+    const row = this.#statement(p, s).get(...bind(s, { now, namespace: this.#namespace, key })) as
+      | (RecordRow & { found?: unknown })
+      | undefined;
+    return row === undefined || row.found === null || row.found === undefined ? undefined : row;
   }
 
-  /** One immediate transaction: read the row, decide by the §2 table, write the decision back. */
-  async #transition<T>(
-    operation: string,
-    key: string,
-    decide: (observed: Observed, now: number) => Plan<T>,
-  ): Promise<T> {
-    const statements = await this.#ready();
+  /**
+   * claim (`planClaim` inside one immediate transaction): succeeds (`won`) when the key is absent,
+   * expired, corrupt, lapsed or carries this call's own token; otherwise reports `held` (live lease)
+   * or `done` (finished, within ttl).
+   */
+  async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
+    const p = await this.#ready();
     const db = this.#db as SqliteDatabaseLike;
     try {
-      const step = db.transaction(() => {
-        const plan = decide(this.#observe(statements, key), this.#clock.now());
-        const w = plan.write;
-        if (w !== undefined) {
-          statements.upsert.run(
-            this.#namespace,
-            key,
-            w.state,
-            w.fence,
-            w.token,
-            w.leaseUntil,
-            w.expiresAt,
-            w.fingerprint ?? null,
-            w.result === undefined
-              ? null
-              : Buffer.from(w.result.buffer, w.result.byteOffset, w.result.byteLength),
-            w.claimedAt,
-            w.completedAt ?? null,
-          );
+      const step = db.transaction((): ClaimOutcome => {
+        const now = this.#clock.now();
+        const plan: Plan<ClaimOutcome> = planClaim(rowToObserved(this.#row(p, key, now)), key, now, options);
+        if (plan.write !== undefined) {
+          const upsert = p.statements.upsert;
+          this.#statement(p, upsert).run(...recordValues(this.#namespace, plan.write));
         }
         return plan.outcome;
       });
       return step.immediate();
     } catch (cause) {
-      throw storageError(this.name, operation, key, cause);
+      throw sqlStorageError(BACKEND, "claim", key, cause);
     }
   }
 
-  /**
-   * claim: succeeds (`won`) when the key is absent, expired, corrupt, lapsed or carries this call's
-   * own token; otherwise reports `held` (live lease) or `done` (finished, within ttl).
-   */
-  claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
-    return this.#transition("claim", key, (observed, now) => planClaim(observed, key, now, options));
+  /** complete (`planComplete`): true when the fence matches a claimed record (now done) or a done one. */
+  async complete(claim: Claim, options: CompleteOptions): Promise<boolean> {
+    const changes = await this.#changes("complete", claim.key, (s) => s.complete, {
+      now: this.#clock.now(),
+      namespace: this.#namespace,
+      key: claim.key,
+      fence: claim.fence,
+      result: resultParam(options.result),
+      ttl: options.ttlMs,
+    });
+    return changes > 0;
   }
 
-  complete(claim: Claim, options: CompleteOptions): Promise<boolean> {
-    return this.#transition("complete", claim.key, (observed, now) =>
-      planComplete(observed, claim, now, options),
-    );
+  /** release (`planRelease`): on a matching claimed record, lease = now, fence + 1, token cleared. */
+  async release(claim: Claim): Promise<boolean> {
+    const changes = await this.#changes("release", claim.key, (s) => s.release, {
+      now: this.#clock.now(),
+      namespace: this.#namespace,
+      key: claim.key,
+      fence: claim.fence,
+      ttl: claim.ttlMs,
+    });
+    return changes > 0;
   }
 
-  release(claim: Claim): Promise<boolean> {
-    return this.#transition("release", claim.key, (observed, now) => planRelease(observed, claim, now));
-  }
-
-  renew(claim: Claim, leaseMs: number): Promise<boolean> {
-    return this.#transition("renew", claim.key, (observed, now) => planRenew(observed, claim, now, leaseMs));
+  /** renew (`planRenew`): on a matching claimed record, lease = now + leaseMs. */
+  async renew(claim: Claim, leaseMs: number): Promise<boolean> {
+    const changes = await this.#changes("renew", claim.key, (s) => s.renew, {
+      now: this.#clock.now(),
+      namespace: this.#namespace,
+      key: claim.key,
+      fence: claim.fence,
+      lease: leaseMs,
+      ttl: claim.ttlMs,
+    });
+    return changes > 0;
   }
 
   async get(key: string): Promise<StoredRecord | undefined> {
-    const statements = await this.#ready();
+    const p = await this.#ready();
     try {
-      return visible(this.#observe(statements, key), this.#clock.now());
+      const now = this.#clock.now();
+      return visible(rowToObserved(this.#row(p, key, now)), now);
     } catch (cause) {
-      throw storageError(this.name, "get", key, cause);
+      throw sqlStorageError(BACKEND, "get", key, cause);
     }
   }
 
   async delete(key: string): Promise<boolean> {
-    const statements = await this.#ready();
-    try {
-      return statements.remove.run(this.#namespace, key).changes > 0;
-    } catch (cause) {
-      throw storageError(this.name, "delete", key, cause);
-    }
+    return (await this.#changes("delete", key, (s) => s.remove, { namespace: this.#namespace, key })) > 0;
   }
 
-  /** Deletes every expired record in the table (all namespaces). */
-  async purgeExpired(): Promise<number> {
-    const statements = await this.#ready();
-    try {
-      return statements.purge.run(this.#clock.now()).changes;
-    } catch (cause) {
-      throw storageError(this.name, "purgeExpired", undefined, cause);
-    }
+  /** Deletes every expired record in the table (all namespaces), `purgeBatchSize` rows per transaction. */
+  purgeExpired(): Promise<number> {
+    return purgeInBatches(
+      (limit) => this.#changes("purgeExpired", undefined, (s) => s.purge, { now: this.#clock.now(), limit }),
+      this.#purgeBatch,
+    );
   }
 
   /** Closes the database when this backend opened it from a path; a database passed in is left open. */
@@ -303,7 +349,7 @@ export class SqliteBackend implements Backend {
     if (this.#opening !== undefined) await this.#opening.catch(() => {});
     if (typeof this.#options.database === "string" && this.#db?.open) this.#db.close();
     this.#db = undefined;
-    this.#statements = undefined;
+    this.#prepared = undefined;
     this.#opening = undefined;
   }
 }
