@@ -14,7 +14,8 @@
  * dead-letter path after `maxAttempts`, contention retries included (they count like failures).
  */
 import { ConfigurationError } from "../core/errors.js";
-import type { GuardOutcome } from "../core/guard.js";
+import type { Guard, GuardConfig, GuardContext, GuardOutcome, SurfaceSpec } from "../core/guard.js";
+import type { ScopedLogger } from "../core/log.js";
 
 /** How a body is decoded before the guard runs. */
 export type BodyDecoder = "json" | "raw" | ((body: Buffer) => unknown);
@@ -129,4 +130,107 @@ export function settle<T>(outcome: GuardOutcome<T>, attempt: number, retry: Reso
     };
   }
   return wanted;
+}
+
+/** Options both consumers take (each adds where its messages come from). */
+export interface BrokerOptions<S, T> extends Omit<GuardConfig<S, T>, "failOpen" | "key"> {
+  /**
+   * A business key replacing the surface's default key. Used verbatim. Returning `undefined` means
+   * "no key": dead-lettered (RabbitMQ) or terminated (NATS) unless `allowUnguarded`.
+   */
+  readonly key?: ((message: S) => string | undefined) | undefined;
+  /** How the body is decoded before anything runs; a body that fails goes to the dead-letter path. @default "json" */
+  readonly decode?: BodyDecoder | undefined;
+  /** Bounded retries: attempts before the dead-letter path, and the delays. @default 5 attempts, 1 s doubling */
+  readonly retry?: RetryPolicy | undefined;
+  /** The payload's hash; a key reused with a different one goes to the dead-letter path as a conflict. @default none */
+  readonly fingerprint?: ((message: S) => string | undefined) | undefined;
+}
+
+/** How a delivery was settled, named in the broker's own verbs (`Retry`, `Dead`), and why. */
+export type BrokerSettlement<T, Retry extends string, Dead extends string> =
+  | { readonly kind: "acked"; readonly attempt: number; readonly outcome: GuardOutcome<T> }
+  | {
+      readonly kind: Retry;
+      readonly attempt: number;
+      readonly delayMs: number;
+      readonly reason: string;
+      readonly outcome: GuardOutcome<T>;
+    }
+  | {
+      readonly kind: Dead;
+      readonly attempt: number;
+      readonly reason: string;
+      /** Undefined when the body was malformed: the guard never ran. */
+      readonly outcome: GuardOutcome<T> | undefined;
+    };
+
+/** @throws ConfigurationError when `failOpen` is set: a broker redelivers when the store is down. */
+export function refuseFailOpen(surface: string, wrapper: string, options: unknown): void {
+  if ((options as { failOpen?: unknown } | undefined)?.failOpen !== undefined) {
+    throw new ConfigurationError(
+      `${wrapper}: failOpen is an HTTP option; the broker redelivers the message when the store is down`,
+      { backend: surface },
+    );
+  }
+}
+
+/** Runs a settlement call of the broker's client; a throw (connection gone) is logged, never raised. */
+export function settleSafely(logger: ScopedLogger, what: string, action: () => void, then: string): void {
+  try {
+    action();
+  } catch (error) {
+    logger.error({ error }, `${what} failed (connection closed?): ${then}`);
+  }
+}
+
+/** A settlement with the guard outcome behind it (none when the body was malformed). */
+export type Delivered<T> =
+  | { readonly kind: "done"; readonly outcome: GuardOutcome<T> }
+  | {
+      readonly kind: "retry";
+      readonly delayMs: number;
+      readonly reason: string;
+      readonly outcome: GuardOutcome<T>;
+    }
+  | { readonly kind: "dead"; readonly reason: string; readonly outcome: GuardOutcome<T> | undefined };
+
+/**
+ * One delivery through the guard: a malformed body goes straight to the dead-letter path (nothing
+ * runs), otherwise the guard runs the work and its outcome is reduced by `settle`. Dead ones are
+ * logged here, with `deadVerb` naming what the broker does to them.
+ */
+export async function guardDelivery<S, T>(
+  delivery: {
+    readonly guard: Guard<S, T>;
+    readonly surface: SurfaceSpec<S>;
+    readonly retry: ResolvedRetry;
+    readonly fingerprint: ((message: S) => string | undefined) | undefined;
+    readonly deadVerb: string;
+  },
+  message: S,
+  decoded: Decoded,
+  attempt: number,
+  work: (context: GuardContext) => T | Promise<T>,
+): Promise<Delivered<T>> {
+  const { guard, surface } = delivery;
+  if (!decoded.ok) {
+    guard.logger.warn(surface.fields(message), `${decoded.reason}; ${delivery.deadVerb}, nothing ran`);
+    return { kind: "dead", reason: decoded.reason, outcome: undefined };
+  }
+  let fingerprint: string | undefined;
+  try {
+    fingerprint = delivery.fingerprint?.(message);
+  } catch (error) {
+    guard.logger.error(
+      { ...surface.fields(message), error },
+      "the fingerprint function threw; run without one",
+    );
+  }
+  const outcome = await guard.run(message, work, { fingerprint });
+  const settlement = settle(outcome, attempt, delivery.retry);
+  if (settlement.kind === "dead") {
+    guard.logger.warn(surface.fields(message), `${settlement.reason}; ${delivery.deadVerb}`);
+  }
+  return { ...settlement, outcome };
 }

@@ -20,16 +20,18 @@
  * redelivers its message.
  */
 import { ConfigurationError } from "../../core/errors.js";
-import {
-  Guard,
-  type GuardConfig,
-  type GuardContext,
-  type GuardOutcome,
-  type SurfaceSpec,
-} from "../../core/guard.js";
+import { Guard, type GuardContext, type SurfaceSpec } from "../../core/guard.js";
 import { safeText } from "../../core/log.js";
 import { DEFAULT_LEASE_MS } from "../../core/verbs.js";
-import { type BodyDecoder, decodeBody, type RetryPolicy, resolveRetry, settle } from "../settle.js";
+import {
+  type BrokerOptions,
+  type BrokerSettlement,
+  decodeBody,
+  guardDelivery,
+  refuseFailOpen,
+  resolveRetry,
+  settleSafely,
+} from "../settle.js";
 import type { ConsumerInfoLike, JsMsgLike } from "./nats-client.js";
 
 const SURFACE = "nats";
@@ -54,46 +56,17 @@ export interface NatsMessage {
 
 export type NatsHandler<T> = (message: NatsMessage, context: GuardContext) => T | Promise<T>;
 
-export interface NatsConsumerOptions<T = unknown>
-  extends Omit<GuardConfig<NatsMessage, T>, "failOpen" | "key"> {
+export interface NatsConsumerOptions<T = unknown> extends BrokerOptions<NatsMessage, T> {
   /**
    * The consumer's info (`await consumer.info()`): its AckWait bounds the lease, its `max_deliver`
-   * the attempts, its stream and name scope the default key.
+   * the attempts (`retry.maxAttempts` defaults to it and is capped by it; 5 when unlimited), its
+   * stream and name scope the default key (the `Nats-Msg-Id` header, else the stream sequence).
    */
   readonly consumer: ConsumerInfoLike;
-  /**
-   * A business key replacing the default. Used verbatim. `undefined` means "no key": terminated
-   * unless `allowUnguarded` (the default key always exists: it falls back to the stream sequence).
-   * @default the `Nats-Msg-Id` header, else the stream sequence, scoped by stream and consumer
-   */
-  readonly key?: ((message: NatsMessage) => string | undefined) | undefined;
-  /** How the body is decoded before anything runs; a body that fails is terminated. @default "json" */
-  readonly decode?: BodyDecoder | undefined;
-  /**
-   * Bounded retries. `maxAttempts` defaults to the consumer's `max_deliver` (5 when unlimited) and is
-   * capped by it. @default { maxAttempts: max_deliver, backoff 1 s doubling, at most 30 s }
-   */
-  readonly retry?: RetryPolicy | undefined;
-  /** The payload's hash; a key reused with a different one is terminated as a conflict. @default none */
-  readonly fingerprint?: ((message: NatsMessage) => string | undefined) | undefined;
 }
 
-/** How a delivery was settled, and why. */
-export type NatsSettlement<T> =
-  | { readonly kind: "acked"; readonly attempt: number; readonly outcome: GuardOutcome<T> }
-  | {
-      readonly kind: "naked";
-      readonly attempt: number;
-      readonly delayMs: number;
-      readonly reason: string;
-      readonly outcome: GuardOutcome<T>;
-    }
-  | {
-      readonly kind: "terminated";
-      readonly attempt: number;
-      readonly reason: string;
-      readonly outcome: GuardOutcome<T> | undefined;
-    };
+/** How a delivery was settled (`acked`, `naked` with a delay, `terminated`), and why. */
+export type NatsSettlement<T> = BrokerSettlement<T, "naked", "terminated">;
 
 /**
  * The default key: `Nats-Msg-Id` when the publisher set one (so a republish with the same id is one
@@ -146,14 +119,7 @@ export function idempotentJsMsg<T = unknown>(
       { backend: SURFACE },
     );
   }
-  if ((options as { failOpen?: unknown }).failOpen !== undefined) {
-    throw new ConfigurationError(
-      "idempotentJsMsg: failOpen is an HTTP option; JetStream redelivers when the store is down",
-      {
-        backend: SURFACE,
-      },
-    );
-  }
+  refuseFailOpen(SURFACE, "idempotentJsMsg", options);
   const leaseMs = config.leaseMs ?? DEFAULT_LEASE_MS;
   const ackWaitMs = (consumer.config.ack_wait ?? 0) / 1e6;
   if (!(ackWaitMs > 0) || leaseMs >= ackWaitMs) {
@@ -174,16 +140,8 @@ export function idempotentJsMsg<T = unknown>(
   const beatMs = config.heartbeat === false ? undefined : Math.max(1, Math.floor(leaseMs / 3));
   const guard = new Guard<NatsMessage, T>(config, surface);
 
-  const safely = (what: string, action: () => void) => {
-    try {
-      action();
-    } catch (error) {
-      guard.logger.error(
-        { error },
-        `${what} failed (connection closed?): JetStream redelivers after AckWait`,
-      );
-    }
-  };
+  const delivery = { guard, surface, retry, fingerprint, deadVerb: "terminated" };
+  const redelivers = "JetStream redelivers after AckWait";
 
   return async function onJsMsg(delivered) {
     const msgId = delivered.headers?.get(MSG_ID) || undefined;
@@ -200,52 +158,31 @@ export function idempotentJsMsg<T = unknown>(
       attempt: delivered.info.deliveryCount,
       raw: delivered,
     };
-    if (!decoded.ok) {
-      guard.logger.warn(surface.fields(message), `${decoded.reason}; terminated, nothing ran`);
-      safely("term", () => delivered.term());
-      return { kind: "terminated", attempt: message.attempt, reason: decoded.reason, outcome: undefined };
-    }
-    let print: string | undefined;
-    try {
-      print = fingerprint?.(message);
-    } catch (error) {
-      guard.logger.error({ ...surface.fields(message), error }, "the fingerprint function threw; ignored");
-    }
-    const outcome = await guard.run(
-      message,
-      async (context) => {
-        // the lease heartbeat's cadence, stopped with the work or when the claim is lost
-        const beat =
-          beatMs === undefined || !context.guarded
-            ? undefined
-            : setInterval(() => {
-                if (!context.signal.aborted) safely("working", () => delivered.working());
-              }, beatMs);
-        try {
-          return await handler(message, context);
-        } finally {
-          if (beat !== undefined) clearInterval(beat);
-        }
-      },
-      { fingerprint: print },
-    );
-    const settled = settle(outcome, message.attempt, retry);
+    const settled = await guardDelivery(delivery, message, decoded, message.attempt, async (context) => {
+      // the lease heartbeat's cadence, stopped with the work or when the claim is lost
+      const beat =
+        beatMs === undefined || !context.guarded
+          ? undefined
+          : setInterval(() => {
+              if (!context.signal.aborted)
+                settleSafely(guard.logger, "working", () => delivered.working(), redelivers);
+            }, beatMs);
+      try {
+        return await handler(message, context);
+      } finally {
+        if (beat !== undefined) clearInterval(beat);
+      }
+    });
+    const attempt = message.attempt;
     if (settled.kind === "done") {
-      safely("ack", () => delivered.ack());
-      return { kind: "acked", attempt: message.attempt, outcome };
+      settleSafely(guard.logger, "ack", () => delivered.ack(), redelivers);
+      return { kind: "acked", attempt, outcome: settled.outcome };
     }
-    if (settled.kind === "dead") {
-      guard.logger.warn(surface.fields(message), `${settled.reason}; terminated`);
-      safely("term", () => delivered.term());
-      return { kind: "terminated", attempt: message.attempt, reason: settled.reason, outcome };
+    if (settled.kind === "retry") {
+      settleSafely(guard.logger, "nak", () => delivered.nak(settled.delayMs), redelivers);
+      return { ...settled, kind: "naked", attempt };
     }
-    safely("nak", () => delivered.nak(settled.delayMs));
-    return {
-      kind: "naked",
-      attempt: message.attempt,
-      delayMs: settled.delayMs,
-      reason: settled.reason,
-      outcome,
-    };
+    settleSafely(guard.logger, "term", () => delivered.term(), redelivers);
+    return { ...settled, kind: "terminated", attempt };
   };
 }

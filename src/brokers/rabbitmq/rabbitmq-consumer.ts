@@ -18,15 +18,17 @@
  * but the `redelivered` flag, per consumer process (at least 2 once redelivered).
  */
 import { ConfigurationError } from "../../core/errors.js";
-import {
-  Guard,
-  type GuardConfig,
-  type GuardContext,
-  type GuardOutcome,
-  type SurfaceSpec,
-} from "../../core/guard.js";
+import { Guard, type GuardContext, type SurfaceSpec } from "../../core/guard.js";
 import { safeText } from "../../core/log.js";
-import { type BodyDecoder, decodeBody, type RetryPolicy, resolveRetry, settle } from "../settle.js";
+import {
+  type BrokerOptions,
+  type BrokerSettlement,
+  decodeBody,
+  guardDelivery,
+  refuseFailOpen,
+  resolveRetry,
+  settleSafely,
+} from "../settle.js";
 import type { AmqpChannelLike, AmqpMessageLike } from "./amqp-client.js";
 
 const SURFACE = "rabbitmq";
@@ -51,40 +53,13 @@ export interface RabbitMessage {
 
 export type RabbitHandler<T> = (message: RabbitMessage, context: GuardContext) => T | Promise<T>;
 
-export interface RabbitConsumerOptions<T = unknown>
-  extends Omit<GuardConfig<RabbitMessage, T>, "failOpen" | "key"> {
+export interface RabbitConsumerOptions<T = unknown> extends BrokerOptions<RabbitMessage, T> {
   /** The queue consumed: it scopes the default key, so two queues sharing a backend never share keys. */
   readonly queue: string;
-  /**
-   * A business key replacing the default (the `messageId` property, scoped by queue). Used verbatim.
-   * `undefined` means "no key": dead-lettered unless `allowUnguarded`.
-   * @default `amqp:<queue length>:<queue>:<messageId>`
-   */
-  readonly key?: ((message: RabbitMessage) => string | undefined) | undefined;
-  /** How the body is decoded before anything runs; a body that fails is dead-lettered. @default "json" */
-  readonly decode?: BodyDecoder | undefined;
-  /** Bounded retries: attempts before the dead-letter path, and the delays. @default 5 attempts, 1 s doubling */
-  readonly retry?: RetryPolicy | undefined;
-  /** The payload's hash; a key reused with a different one is dead-lettered as a conflict. @default none */
-  readonly fingerprint?: ((message: RabbitMessage) => string | undefined) | undefined;
 }
 
-/** How a delivery was settled, and why. */
-export type RabbitSettlement<T> =
-  | { readonly kind: "acked"; readonly attempt: number; readonly outcome: GuardOutcome<T> }
-  | {
-      readonly kind: "requeued";
-      readonly attempt: number;
-      readonly delayMs: number;
-      readonly reason: string;
-      readonly outcome: GuardOutcome<T>;
-    }
-  | {
-      readonly kind: "rejected";
-      readonly attempt: number;
-      readonly reason: string;
-      readonly outcome: GuardOutcome<T> | undefined;
-    };
+/** How a delivery was settled (`acked`, `requeued` after a delay, `rejected` without requeue), and why. */
+export type RabbitSettlement<T> = BrokerSettlement<T, "requeued", "rejected">;
 
 /** The default key: the `messageId` property scoped by queue (length-prefixed, so never ambiguous). */
 export function rabbitDefaultKey(message: RabbitMessage): string | undefined {
@@ -156,26 +131,13 @@ export function idempotentConsumer<T = unknown>(
       backend: SURFACE,
     });
   }
-  if ((options as { failOpen?: unknown }).failOpen !== undefined) {
-    throw new ConfigurationError(
-      "idempotentConsumer: failOpen is an HTTP option; RabbitMQ redelivers when the store is down",
-      { backend: SURFACE },
-    );
-  }
+  refuseFailOpen(SURFACE, "idempotentConsumer", options);
   const retry = resolveRetry(SURFACE, policy);
   const guard = new Guard<RabbitMessage, T>(config, surface);
   const seen = new Map<string, number>();
 
-  const safely = (what: string, action: () => void) => {
-    try {
-      action();
-    } catch (error) {
-      guard.logger.error(
-        { queue, error },
-        `${what} failed (channel closed?): RabbitMQ redelivers the message`,
-      );
-    }
-  };
+  const delivery = { guard, surface, retry, fingerprint, deadVerb: "rejected without requeue (dead-letter)" };
+  const redelivers = "RabbitMQ redelivers the message";
 
   return async function onRabbitMessage(delivered) {
     if (delivered === null) {
@@ -203,38 +165,26 @@ export function idempotentConsumer<T = unknown>(
     const attempt = Math.max(brokerAttempt(headers, queue), counted + 1, base.redelivered ? 2 : 1);
     const message: RabbitMessage = { ...base, attempt };
 
-    if (!decoded.ok) {
-      guard.logger.warn(surface.fields(message), `${decoded.reason}; rejected without requeue, nothing ran`);
-      safely("reject", () => channel.reject(delivered, false));
-      if (tracking !== undefined) seen.delete(tracking);
-      return { kind: "rejected", attempt, reason: decoded.reason, outcome: undefined };
+    const settled = await guardDelivery(delivery, message, decoded, attempt, (context) =>
+      handler(message, context),
+    );
+    if (settled.kind === "retry") {
+      if (tracking !== undefined) {
+        seen.delete(tracking);
+        seen.set(tracking, attempt);
+        if (seen.size > MAX_TRACKED) seen.delete(seen.keys().next().value as string);
+      }
+      // RabbitMQ has no redelivery delay: hold the message for it, then requeue
+      if (settled.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, settled.delayMs));
+      settleSafely(guard.logger, "nack", () => channel.nack(delivered, false, true), redelivers);
+      return { ...settled, kind: "requeued", attempt };
     }
-    let print: string | undefined;
-    try {
-      print = fingerprint?.(message);
-    } catch (error) {
-      guard.logger.error({ ...surface.fields(message), error }, "the fingerprint function threw; requeued");
-    }
-    const outcome = await guard.run(message, (context) => handler(message, context), { fingerprint: print });
-    const settled = settle(outcome, attempt, retry);
+    if (tracking !== undefined) seen.delete(tracking);
     if (settled.kind === "done") {
-      if (tracking !== undefined) seen.delete(tracking);
-      safely("ack", () => channel.ack(delivered));
-      return { kind: "acked", attempt, outcome };
+      settleSafely(guard.logger, "ack", () => channel.ack(delivered), redelivers);
+      return { kind: "acked", attempt, outcome: settled.outcome };
     }
-    if (settled.kind === "dead") {
-      if (tracking !== undefined) seen.delete(tracking);
-      guard.logger.warn(surface.fields(message), `${settled.reason}; rejected without requeue (dead-letter)`);
-      safely("reject", () => channel.reject(delivered, false));
-      return { kind: "rejected", attempt, reason: settled.reason, outcome };
-    }
-    if (tracking !== undefined) {
-      seen.delete(tracking);
-      seen.set(tracking, attempt);
-      if (seen.size > MAX_TRACKED) seen.delete(seen.keys().next().value as string);
-    }
-    if (settled.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, settled.delayMs));
-    safely("nack", () => channel.nack(delivered, false, true));
-    return { kind: "requeued", attempt, delayMs: settled.delayMs, reason: settled.reason, outcome };
+    settleSafely(guard.logger, "reject", () => channel.reject(delivered, false), redelivers);
+    return { ...settled, kind: "rejected", attempt };
   };
 }
