@@ -4,14 +4,14 @@ import amqp from "amqplib";
 export const AMQP_URL = process.env.ONCELY_TEST_AMQP_URL ?? "amqp://guest:guest@127.0.0.1:5672";
 
 /** One connection with a random queue (and its dead-letter queue); `close()` deletes both. */
-export async function rabbitQueue(arguments_: Record<string, unknown> = {}) {
+export async function rabbitQueue(arguments_: Record<string, unknown> = {}, durable = false) {
   const connection = await amqp.connect(AMQP_URL);
   const admin = await connection.createChannel();
   const queue = `oncely-test-${randomBytes(6).toString("hex")}`;
   const dead = `${queue}.dead`;
   await admin.assertQueue(dead, { durable: false });
   await admin.assertQueue(queue, {
-    durable: false,
+    durable,
     arguments: { "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead, ...arguments_ },
   });
   return {

@@ -15,8 +15,8 @@ const opened: Queue[] = [];
 afterEach(async () => {
   for (const q of opened.splice(0)) await q.close();
 });
-async function open(arguments_?: Record<string, unknown>) {
-  const q = await rabbitQueue(arguments_);
+async function open(arguments_?: Record<string, unknown>, durable?: boolean) {
+  const q = await rabbitQueue(arguments_, durable);
   opened.push(q);
   return q;
 }
@@ -161,6 +161,40 @@ describe("oncely/rabbitmq on a real RabbitMQ", () => {
     await channel.close();
     const [dead] = await deadLettered(q);
     expect(dead?.properties.messageId).toBe("poison-1");
+  });
+
+  it("a quorum queue counts attempts itself: the bound holds across consumer instances", async () => {
+    const q = await open({ "x-queue-type": "quorum" }, true);
+    let runs = 0;
+    const handler = async () => {
+      runs++;
+      throw new Error("poison");
+    };
+    const settled: RabbitSettlement<unknown>[][] = [];
+    const channels: Channel[] = [];
+    for (let i = 0; i < 2; i++) {
+      // two wrappers: per-process counting alone would allow maxAttempts each
+      const channel = await q.channel();
+      channels.push(channel);
+      const wrap = idempotentConsumer(
+        channel,
+        handler,
+        options(q, new MemoryBackend(), { retry: { maxAttempts: 4, backoffMs: () => 30 } }),
+      );
+      settled.push(await consume(channel, q, wrap));
+    }
+    q.publish({ order: 6 }, "quorum-poison");
+    await until(() => settled.flat().some((s) => s.kind === "rejected"), 15_000, "the dead letter");
+    await new Promise((r) => setTimeout(r, 300));
+    expect(runs).toBe(4);
+    expect(settled.map((list) => list.length > 0)).toEqual([true, true]); // both instances took part
+    expect(
+      settled
+        .flat()
+        .map((s) => s.attempt)
+        .sort(),
+    ).toEqual([1, 2, 3, 4]);
+    for (const channel of channels) await channel.close();
   });
 
   it("a business key function replaces the default key; options that cannot work fail at wrap time", async () => {
