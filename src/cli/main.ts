@@ -4,14 +4,23 @@
  */
 import { fileURLToPath } from "node:url";
 import { checkBackendUrl, describeBackends } from "../registry/index.js";
+import { type KeyBy, runWorker } from "../testing/storm/index.js";
 import { integerOption, parseOptions, requiredOption, UsageError } from "./args.js";
-import type { KeyBy } from "./demo/handler.js";
+import { runDoctor } from "./commands/doctor.js";
+import { runInspect } from "./commands/inspect.js";
+import { runMigrate } from "./commands/migrate.js";
+import { runPurge } from "./commands/purge.js";
 import { runDemo } from "./demo/run-demo.js";
-import { runWorker } from "./demo/worker.js";
 
 const USAGE = `Usage: oncely <command> [options]
 
 Commands:
+  inspect   Show one key's record: state, fence, lease left, expiry, fingerprint, result
+            (oncely inspect <key> --backend URL [--json]; see oncely inspect --help)
+  purge     Delete expired records in bounded batches (--dry-run counts them)
+  migrate   Create or upgrade the SQL schema (PostgreSQL, MySQL/MariaDB, SQLite)
+  doctor    Check lease, ttl, retry and dead-letter settings against the invariants
+            (--subscription projects/P/subscriptions/S reads them from Pub/Sub)
   demo      Run the effectively-once demo, a Pub/Sub push storm: a push simulator delivers every
             order over HTTP at least once (redeliveries, concurrent duplicates, republishes under a
             new messageId, transient failures) to worker processes serving a push endpoint guarded
@@ -86,6 +95,14 @@ async function main(argv: readonly string[]): Promise<number> {
       out: process.stdout,
     });
   }
+  const commands: Record<string, (args: readonly string[], out: NodeJS.WritableStream) => Promise<number>> = {
+    inspect: runInspect,
+    purge: runPurge,
+    migrate: runMigrate,
+    doctor: runDoctor,
+  };
+  const run = commands[command];
+  if (run !== undefined) return run(rest, process.stdout);
   if (command === "__worker") {
     const options = parseOptions(rest, ["backend", "namespace", "sink", "lease-ms", "key"], []);
     try {

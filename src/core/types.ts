@@ -92,6 +92,12 @@ export interface CompleteOptions {
   readonly result?: Uint8Array | undefined;
 }
 
+/** Options of `purgeExpired`. */
+export interface PurgeOptions {
+  /** Called after each batch with the rows it deleted and the total so far. A throw is ignored. */
+  readonly onBatch?: ((deleted: number, total: number) => void) | undefined;
+}
+
 /** What a backend can do beyond the port; the verbs and the contract suite read these flags. */
 export interface BackendCapabilities {
   /** Leases and ttl are judged by the store's own clock (client skew changes nothing). */
@@ -133,8 +139,13 @@ export interface Backend {
     requests: ReadonlyArray<{ readonly key: string; readonly options: ClaimOptions }>,
   ): Promise<ClaimOutcome[]>;
   delete?(key: string): Promise<boolean>;
-  /** Physically deletes expired records; returns how many. Correctness never depends on it. */
-  purgeExpired?(): Promise<number>;
+  /**
+   * Physically deletes expired records; returns how many. Correctness never depends on it. Stores
+   * that delete in bounded batches report each batch to `options.onBatch`.
+   */
+  purgeExpired?(options?: PurgeOptions): Promise<number>;
+  /** Counts the records `purgeExpired` would delete now (`oncely purge --dry-run`). */
+  countExpired?(): Promise<number>;
   /**
    * Resolves when the record under `key` may have changed, or after `timeoutMs` at the latest.
    * Callers always re-read; a missed notification costs latency, never correctness.

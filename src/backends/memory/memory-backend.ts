@@ -17,6 +17,7 @@ import type {
   ClaimOptions,
   ClaimOutcome,
   CompleteOptions,
+  PurgeOptions,
   StoredRecord,
 } from "../../core/types.js";
 
@@ -169,8 +170,27 @@ export class MemoryBackend implements Backend {
     return existed;
   }
 
-  async purgeExpired(): Promise<number> {
-    return this.#dropExpired(this.#clock.now());
+  async purgeExpired(options?: PurgeOptions): Promise<number> {
+    const deleted = this.#dropExpired(this.#clock.now());
+    if (deleted > 0) {
+      try {
+        options?.onBatch?.(deleted, deleted);
+      } catch {
+        // progress reporting observes only
+      }
+    }
+    return deleted;
+  }
+
+  /** Counts what `purgeExpired` would drop now (every namespace of the map, as it does). */
+  async countExpired(): Promise<number> {
+    const now = this.#clock.now();
+    let count = 0;
+    for (const raw of this.#map.values()) {
+      const observed = decodeRecord(raw);
+      if ("corrupt" in observed || now >= observed.expiresAt) count++;
+    }
+    return count;
   }
 
   /** Resolves on the next write to `key`, or after `timeoutMs`. */

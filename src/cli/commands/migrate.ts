@@ -1,0 +1,60 @@
+/**
+ * `oncely migrate --backend URL`: creates or upgrades the records table of a SQL store (PostgreSQL,
+ * MySQL/MariaDB, SQLite) and says what it did. Idempotent: on a current schema it changes nothing.
+ */
+import { ConfigurationError } from "../../core/errors.js";
+import type { Backend } from "../../core/types.js";
+import { parseOptions } from "../args.js";
+import { backendLines, type Output, openFromOptions } from "./common.js";
+
+export const MIGRATE_USAGE = `Usage: oncely migrate --backend URL
+
+Creates or upgrades the records table of a SQL store (PostgreSQL, MySQL/MariaDB, SQLite) and says
+what it did. Safe to run again: a current schema is left as it is. Other stores need no schema.
+
+Options:
+  --backend URL    the store (postgres://, mysql://, sqlite:; see below)
+  --help           show this help
+
+Backend URLs:
+${backendLines()}
+`;
+
+type Migratable = Backend & { migrate(): Promise<unknown> };
+
+const migratable = (backend: Backend): backend is Migratable =>
+  typeof (backend as Partial<Migratable>).migrate === "function";
+
+export async function runMigrate(args: readonly string[], out: Output): Promise<number> {
+  if (args.includes("--help") || args.includes("-h")) {
+    out.write(MIGRATE_USAGE);
+    return 0;
+  }
+  const options = parseOptions(args, ["backend", "namespace"], []);
+  const opened = await openFromOptions(options);
+  try {
+    const { backend } = opened;
+    if (!migratable(backend)) {
+      out.write(`${opened.label} has no schema to migrate (${backend.name} stores records as they come)\n`);
+      return 0;
+    }
+    // A read tells a current schema from a missing or old one (the SQL stores refuse to guess).
+    let before: "current" | "missing or old" = "current";
+    try {
+      await backend.get("oncely-migrate-probe");
+    } catch (error) {
+      if (!(error instanceof ConfigurationError)) throw error;
+      before = "missing or old";
+    }
+    await backend.migrate();
+    await backend.get("oncely-migrate-probe");
+    out.write(
+      before === "current"
+        ? `${opened.label}: the schema was already current; nothing changed\n`
+        : `${opened.label}: created or upgraded the records table; the schema is now current\n`,
+    );
+    return 0;
+  } finally {
+    await opened.close();
+  }
+}

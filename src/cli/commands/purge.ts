@@ -1,0 +1,60 @@
+/**
+ * `oncely purge --backend URL`: physically deletes expired records (correctness never depends on it;
+ * it only reclaims storage). Backends delete in bounded batches; progress is printed per batch where
+ * the backend reports batches. `--dry-run` counts what would go, where the backend can count.
+ */
+import { parseOptions, UsageError } from "../args.js";
+import { backendLines, type Output, openFromOptions } from "./common.js";
+
+export const PURGE_USAGE = `Usage: oncely purge --backend URL [--dry-run]
+
+Deletes expired records, in bounded batches, printing progress. Stores with native expiry (Redis,
+DynamoDB TTL, Datastore/Firestore TTL policies) delete them by themselves; for those, purge says so.
+
+Options:
+  --backend URL    the store (one of the URLs below)
+  --dry-run        count the expired records instead of deleting them
+  --help           show this help
+
+Backend URLs:
+${backendLines()}
+`;
+
+export async function runPurge(args: readonly string[], out: Output): Promise<number> {
+  if (args.includes("--help") || args.includes("-h")) {
+    out.write(PURGE_USAGE);
+    return 0;
+  }
+  const options = parseOptions(args, ["backend", "namespace"], ["dry-run"]);
+  const opened = await openFromOptions(options);
+  try {
+    const { backend } = opened;
+    if (options.get("dry-run") === true) {
+      if (backend.countExpired === undefined) {
+        throw new UsageError(
+          `${backend.name} cannot count expired records; --dry-run is not available for it`,
+        );
+      }
+      const count = await backend.countExpired();
+      out.write(`${count} expired record(s) in ${opened.label} would be deleted\n`);
+      return 0;
+    }
+    if (backend.purgeExpired === undefined) {
+      out.write(`${opened.label} deletes expired records by itself (native expiry); nothing to purge\n`);
+      return 0;
+    }
+    const started = Date.now();
+    let reported = 0;
+    const total = await backend.purgeExpired({
+      onBatch: (deleted, soFar) => {
+        reported = soFar;
+        out.write(`  … deleted ${deleted} (${soFar} so far)\n`);
+      },
+    });
+    if (total !== reported && reported > 0) out.write(`  … ${total} in all\n`);
+    out.write(`deleted ${total} expired record(s) from ${opened.label} in ${Date.now() - started} ms\n`);
+    return 0;
+  } finally {
+    await opened.close();
+  }
+}
