@@ -4,9 +4,12 @@ import { StorageError, storageError } from "../../core/errors.js";
 export interface ContentionRetryOptions {
   /** Attempts in all, the first included; then the contention surfaces as `StorageError`. @default 10 */
   readonly maxAttempts?: number | undefined;
-  /** Backoff before the second attempt; it doubles per attempt (full jitter). @default 20 */
+  /** Backoff before the second attempt; it doubles per attempt (full jitter). @default 10 */
   readonly baseDelayMs?: number | undefined;
-  /** Cap on one backoff. @default 1_000 */
+  /**
+   * Cap on one backoff, kept well under the verbs' `storeTimeoutMs` (a third of the lease) so that the
+   * retries fit inside one store call's budget. @default 250
+   */
   readonly maxDelayMs?: number | undefined;
 }
 
@@ -33,8 +36,8 @@ export async function retryContention<T>(
   attempt: () => Promise<T>,
 ): Promise<T> {
   const maxAttempts = options.maxAttempts ?? 10;
-  const base = options.baseDelayMs ?? 20;
-  const cap = options.maxDelayMs ?? 1_000;
+  const base = options.baseDelayMs ?? 10;
+  const cap = options.maxDelayMs ?? 250;
   for (let n = 1; ; n++) {
     try {
       return await attempt();
