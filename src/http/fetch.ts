@@ -9,30 +9,75 @@ import type { StoredResponse } from "./stored-response.js";
 
 const EMPTY = new Uint8Array(0);
 
+/** A request's body as read for the fingerprint, and the request to hand the handler. */
+export interface ReadBody {
+  readonly body: RequestBody | "too_large";
+  /** The same request with its body unread (rebuilt from the bytes read; the original when none). */
+  readonly request: Request;
+}
+
 /**
- * The request's body bytes, read from a clone so the handler still gets an unread body; `"too_large"`
- * as soon as it (or its `Content-Length`) exceeds `maxBytes`.
+ * Reads the request's body for the fingerprint, up to `maxBytes`, and rebuilds the request around
+ * the bytes so the handler still gets an unread body (cheaper than `clone()`, whose tee costs more
+ * than the rest of the guard). A body over the limit (by `Content-Length` or counted) is
+ * `"too_large"`; the handler then gets the bytes read so far followed by the rest of the stream.
  */
-export async function readFetchBody(request: Request, maxBytes: number): Promise<RequestBody | "too_large"> {
-  if (request.body === null) return NONE;
+export async function readFetchBody(request: Request, maxBytes: number): Promise<ReadBody> {
+  if (request.body === null) return { body: NONE, request };
   const declared = request.headers.get("content-length");
-  if (declared !== null && Number(declared) > maxBytes) return "too_large";
-  const reader = request.clone().body?.getReader();
-  if (reader === undefined) return NONE;
+  if (declared !== null && Number(declared) > maxBytes) return { body: "too_large", request };
+  const reader = request.body.getReader();
   const chunks: Uint8Array[] = [];
   let total = 0;
   for (;;) {
     const { done, value } = await reader.read();
     if (done) break;
-    total += value.length;
-    if (total > maxBytes) {
-      // Not awaited: a tee branch's cancel settles only once the other branch (the handler's) ends.
-      reader.cancel().catch(() => {});
-      return "too_large";
-    }
     chunks.push(value);
+    total += value.length;
+    if (total > maxBytes) return { body: "too_large", request: rebuilt(request, prefixed(chunks, reader)) };
   }
-  return total === 0 ? NONE : { kind: "bytes", bytes: concat(chunks, total) };
+  const bytes = concat(chunks, total);
+  return { body: total === 0 ? NONE : { kind: "bytes", bytes }, request: rebuilt(request, bytes) };
+}
+
+function rebuilt(request: Request, body: Uint8Array | ReadableStream<Uint8Array>): Request {
+  return new Request(request, {
+    body,
+    ...(body instanceof Uint8Array ? {} : { duplex: "half" }),
+  } as RequestInit);
+}
+
+/** The chunks already read, then the rest of `reader`. */
+function prefixed(
+  chunks: Uint8Array[],
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+): ReadableStream<Uint8Array> {
+  let pending = chunks.slice();
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      if (pending.length > 0) {
+        for (const chunk of pending) controller.enqueue(chunk);
+        pending = [];
+        return;
+      }
+      const { done, value } = await reader.read();
+      if (done) controller.close();
+      else controller.enqueue(value);
+    },
+    cancel: (reason) => reader.cancel(reason),
+  });
+}
+
+/** A Fetch URL's path and query (without `?`), without building a `URL`. */
+export function splitFetchUrl(url: string): { readonly path: string; readonly query: string } {
+  const scheme = url.indexOf("://");
+  const slash = scheme === -1 ? url.indexOf("/") : url.indexOf("/", scheme + 3);
+  if (slash === -1) return { path: "/", query: "" };
+  const hash = url.indexOf("#", slash);
+  const end = hash === -1 ? url.length : hash;
+  const mark = url.indexOf("?", slash);
+  if (mark === -1 || mark > end) return { path: url.slice(slash, end), query: "" };
+  return { path: url.slice(slash, mark), query: url.slice(mark + 1, end) };
 }
 
 const NONE: RequestBody = { kind: "none" };

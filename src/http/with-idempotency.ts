@@ -1,4 +1,4 @@
-import { captureFetchResponse, readFetchBody, toFetchResponse, withHeader } from "./fetch.js";
+import { captureFetchResponse, readFetchBody, splitFetchUrl, toFetchResponse, withHeader } from "./fetch.js";
 import { BYPASS_HEADER, type HttpDecision, HttpGuard } from "./http-guard.js";
 import type { HttpIdempotencyOptions } from "./options.js";
 
@@ -21,7 +21,8 @@ export type FetchHandler = (request: Request) => Response | Promise<Response>;
  *   unguarded). Errors are `application/problem+json`.
  * - Other methods, and requests without a key (unless `required`), reach the handler untouched.
  *
- * The handler receives the original `Request` with its body unread.
+ * The handler receives the request with its body unread (rebuilt around the bytes read for the
+ * fingerprint when it has a body; the original otherwise).
  *
  * @throws ConfigurationError at wrap time for options that cannot work
  */
@@ -35,8 +36,9 @@ export function withIdempotency(
     if (admission.kind === "pass") return handler(request);
     if (admission.kind === "answer") return toFetchResponse(admission.response);
 
-    const url = new URL(request.url);
-    const body = await readFetchBody(request, guard.maxRequestBytes);
+    const { path, query } = splitFetchUrl(request.url);
+    const read = await readFetchBody(request, guard.maxRequestBytes);
+    const forHandler = read.request;
     let deliverEarly: (response: Response) => void = () => {};
     const early = new Promise<Response>((resolve) => {
       deliverEarly = resolve;
@@ -44,18 +46,18 @@ export function withIdempotency(
     const decided = guard.execute(
       {
         method: request.method.toUpperCase(),
-        path: url.pathname,
-        query: url.search.slice(1),
+        path,
+        query,
         contentType: request.headers.get("content-type") ?? undefined,
-        body,
+        body: read.body,
       },
       admission.key,
       request,
-      async () => captureFetchResponse(await handler(request), guard.maxResponseBytes, deliverEarly),
+      async () => captureFetchResponse(await handler(forHandler), guard.maxResponseBytes, deliverEarly),
     );
     const first = await Promise.race([decided, early]);
     if (first instanceof Response) return first;
-    return respond(first, early, () => handler(request));
+    return respond(first, early, () => handler(forHandler));
   };
 }
 

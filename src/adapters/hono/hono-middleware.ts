@@ -23,8 +23,9 @@ export type HonoIdempotencyOptions = HttpIdempotencyOptions<Context>;
 /**
  * Hono middleware for `Idempotency-Key` (SPEC §6): `app.use("/orders/*", idempotency(options))`.
  * The handler's response (`c.res`) is stored before the middleware returns it; a replay is the stored
- * status, headers and body with `Idempotent-Replayed: true`. The body is read from a clone, so
- * `c.req.json()` and `c.req.raw` still work in the handler. `scope` receives the context `c`
+ * status, headers and body with `Idempotent-Replayed: true`. The body read for the fingerprint is
+ * put back (`c.req.raw` is the same request with an unread body), so `c.req.json()` and `c.req.raw`
+ * still work in the handler. `scope` receives the context `c`
  * (`(c) => c.get("tenant")`). Behaviour and options as `withIdempotency` (`oncely/http`).
  *
  * @throws ConfigurationError at mount time for options that cannot work
@@ -38,7 +39,9 @@ export function idempotency(options: HonoIdempotencyOptions): MiddlewareHandler 
 
     const url = c.req.url;
     const mark = url.indexOf("?");
-    const body = await readFetchBody(c.req.raw, guard.maxRequestBytes);
+    const read = await readFetchBody(c.req.raw, guard.maxRequestBytes);
+    // The handler reads the rebuilt request, through `c.req` and `c.req.raw` alike.
+    c.req.raw = read.request;
     let deliverEarly: (response: Response) => void = () => {};
     const early = new Promise<Response>((resolve) => {
       deliverEarly = resolve;
@@ -49,7 +52,7 @@ export function idempotency(options: HonoIdempotencyOptions): MiddlewareHandler 
         path: c.req.path,
         query: mark === -1 ? "" : url.slice(mark + 1),
         contentType: c.req.header("content-type"),
-        body,
+        body: read.body,
       },
       admission.key,
       c,

@@ -1,0 +1,141 @@
+// `npm run bench:http`: requests/s and p99 of a trivial POST through each HTTP adapter on the memory
+// backend, against the same app without the middleware, with autocannon in its own process (new keys
+// and replays); express-idempotency 1.0.6 (its in-memory adapter) on the same Express app. One run,
+// ratios against the bare app measured in the same run; rounds interleave variants and the table
+// shows medians. Options: --seconds N (per measurement, default 4), --rounds N (default 2),
+// --connections N (default 10), --only express,fastify,hono,fetch.
+import { spawn } from "node:child_process";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+
+const args = process.argv.slice(2);
+const option = (name, fallback) => {
+  const at = args.indexOf(`--${name}`);
+  return at === -1 ? fallback : args[at + 1];
+};
+const seconds = Number(option("seconds", "4"));
+const rounds = Number(option("rounds", "2"));
+const connections = Number(option("connections", "10"));
+const frameworks = option("only", "express,fastify,hono,fetch").split(",");
+const here = (file) => fileURLToPath(new URL(file, import.meta.url));
+
+function startServer(framework, variant) {
+  const child = spawn(process.execPath, [here("./server.mjs"), framework, variant], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  return new Promise((resolve, reject) => {
+    child.once("exit", (code) => reject(new Error(`${framework} ${variant} server exited (${code})`)));
+    createInterface({ input: child.stdout }).once("line", (line) => {
+      resolve({ child, url: `http://127.0.0.1:${JSON.parse(line).listening}/orders` });
+    });
+  });
+}
+
+function load(url, mode, duration) {
+  const child = spawn(
+    process.execPath,
+    [here("./load.mjs"), url, mode, String(duration), String(connections)],
+    {
+      stdio: ["ignore", "pipe", "inherit"],
+    },
+  );
+  return new Promise((resolve, reject) => {
+    let out = "";
+    child.stdout.on("data", (chunk) => {
+      out += chunk;
+    });
+    child.once("exit", (code) =>
+      code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`load exited ${code}`)),
+    );
+  });
+}
+
+async function measure(framework, variant, mode) {
+  const server = await startServer(framework, variant);
+  try {
+    await load(server.url, mode, 1); // warm-up, discarded
+    return await load(server.url, mode, seconds);
+  } finally {
+    server.child.kill("SIGKILL");
+  }
+}
+
+const plan = [];
+for (const framework of frameworks) {
+  plan.push([framework, "bare", "new"]);
+  plan.push([framework, "oncely", "new"]);
+  plan.push([framework, "oncely", "replay"]);
+  if (framework === "express") {
+    plan.push([framework, "express-idempotency", "new"]);
+    plan.push([framework, "express-idempotency", "replay"]);
+  }
+}
+
+const results = new Map();
+for (let round = 1; round <= rounds; round++) {
+  for (const [framework, variant, mode] of plan) {
+    const id = `${framework}|${variant}|${mode}`;
+    const result = await measure(framework, variant, mode);
+    if (result.non2xx > 0 || result.errors > 0) {
+      console.error(`[bench] ${id}: ${result.non2xx} non-2xx, ${result.errors} errors of ${result.total}`);
+    }
+    results.set(id, [...(results.get(id) ?? []), result]);
+    process.stderr.write(
+      `[bench] round ${round}/${rounds} ${id}: ${Math.round(result.rps)} req/s, p99 ${result.p99} ms\n`,
+    );
+  }
+}
+
+const median = (values) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+};
+const stat = (id, field) => median(results.get(id).map((result) => result[field]));
+
+const rows = [];
+for (const framework of frameworks) {
+  const bare = `${framework}|bare|new`;
+  const bareRps = stat(bare, "rps");
+  const bareP99 = stat(bare, "p99");
+  const row = (label, id, target) => {
+    const rps = stat(id, "rps");
+    const ratio = rps / bareRps;
+    rows.push([
+      framework,
+      label,
+      Math.round(rps).toLocaleString("en-US"),
+      `${stat(id, "p99")} ms`,
+      id === bare ? "—" : `${stat(id, "p99") - bareP99 >= 0 ? "+" : ""}${stat(id, "p99") - bareP99} ms`,
+      id === bare ? "1.00" : ratio.toFixed(2),
+      target === undefined ? "" : `${ratio >= target ? "meets" : "MISSES"} ≥ ${target}`,
+    ]);
+  };
+  row("bare app", bare);
+  row("oncely, new keys", `${framework}|oncely|new`, 0.75);
+  row("oncely, replays", `${framework}|oncely|replay`, 0.9);
+  if (framework === "express") {
+    row("express-idempotency 1.0.6, new keys", "express|express-idempotency|new");
+    row("express-idempotency 1.0.6, replays", "express|express-idempotency|replay");
+    const versus = stat("express|oncely|new", "rps") / stat("express|express-idempotency|new", "rps");
+    rows.push([
+      "express",
+      "oncely / express-idempotency, new keys",
+      "",
+      "",
+      "",
+      versus.toFixed(2),
+      `${versus >= 4 ? "meets" : "MISSES"} ≥ 4`,
+    ]);
+  }
+}
+
+const header = ["adapter", "variant", "req/s", "p99", "added p99", "× bare", "target"];
+const widths = header.map((title, i) => Math.max(title.length, ...rows.map((row) => String(row[i]).length)));
+const line = (cells) => `| ${cells.map((cell, i) => String(cell).padEnd(widths[i])).join(" | ")} |`;
+console.log(line(header));
+console.log(`|${widths.map((width) => "-".repeat(width + 2)).join("|")}|`);
+for (const row of rows) console.log(line(row));
+console.log(
+  `\n${seconds} s per measurement after a 1 s warm-up, ${connections} connections, median of ${rounds} round(s); node ${process.version}, memory backend.`,
+);
