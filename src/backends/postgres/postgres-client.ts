@@ -50,6 +50,19 @@ export function isPgPool(value: unknown): value is PgPoolLike {
 // be an uncaught 'error' event; the statement's own rejection carries the failure
 const ignore = () => {};
 
+/**
+ * Whether a statement's failure left its connection unusable: anything but an error the server
+ * answered with, or one of the server's connection-ending classes (57: operator intervention, e.g.
+ * `pg_terminate_backend`; 08: connection exception).
+ */
+function connectionLost(error: unknown): boolean {
+  if (error === undefined) return false;
+  const e = error as { severity?: unknown; code?: unknown };
+  if (typeof e.severity !== "string") return true;
+  const code = typeof e.code === "string" ? e.code : "";
+  return code.startsWith("57") || code.startsWith("08");
+}
+
 /** Where the backend's statements get their clients: a pool, one client per statement. */
 export function pgSource(pool: PgPoolLike): ConnectionSource<PgClientLike> {
   return {
@@ -58,9 +71,9 @@ export function pgSource(pool: PgPoolLike): ConnectionSource<PgClientLike> {
       client.on("error", ignore);
       return client;
     },
-    release: (client) => {
+    release: (client, error) => {
       client.removeListener("error", ignore);
-      client.release();
+      client.release(connectionLost(error) ? (error as Error) : undefined);
     },
     destroy: (client, error) => {
       client.removeListener("error", ignore);
