@@ -9,10 +9,13 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import { describe, expect, it } from "vitest";
-import { openBackend } from "../../src/registry/index.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ConfigurationError, StorageError } from "../../src/core/errors.js";
+import { checkBackendUrl, openBackend } from "../../src/registry/index.js";
 import { useDatastoreEmulator } from "../support/datastore-emulator.js";
+import { type Dynalite, startDynalite } from "../support/dynalite.js";
 import { useFirestoreEmulator } from "../support/firestore-emulator.js";
+import { freePort } from "../support/ports.js";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const cli = join(root, "dist/cli/main.js");
@@ -53,7 +56,10 @@ function expectPass(run: { code: number; stdout: string; stderr: string }, messa
   expect(cell(run.stdout, "keys recorded done by oncely")).toBe(`${messages}/${messages}`);
   expect(cell(run.stdout, "dead-lettered (must be 0)")).toBe("0");
   expect(Number(cell(run.stdout, "duplicates suppressed")), run.stdout).toBeGreaterThan(0);
-  expect(Number(cell(run.stdout, "crash recoveries (SIGKILL, restarted)")?.split("/")[1]), run.stdout).toBeGreaterThan(0);
+  expect(
+    Number(cell(run.stdout, "crash recoveries (SIGKILL, restarted)")?.split("/")[1]),
+    run.stdout,
+  ).toBeGreaterThan(0);
 }
 
 describe("oncely demo on the Google emulators (built CLI)", () => {
@@ -96,4 +102,63 @@ describe("oncely demo on the Google emulators (built CLI)", () => {
       }
     }
   }, 60_000);
+});
+
+describe("oncely demo on dynalite (built CLI)", () => {
+  let dynalite: Dynalite | undefined;
+  beforeAll(async () => {
+    dynalite = await startDynalite();
+  }, 60_000);
+  afterAll(async () => {
+    await dynalite?.stop();
+  });
+
+  it("--backend dynamodb://host:port?table=…&create=1 creates the table, runs the storm and passes", async () => {
+    const port = (dynalite as Dynalite).port;
+    // the SDK warns on Node 20 (its support ends in 2027); the storm's stderr should hold nothing else
+    const run = await demo(`dynamodb://127.0.0.1:${port}?table=demo&create=1`, 60, {
+      AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: "true",
+    });
+    expectPass(run, 60, `DynamoDB http://127.0.0.1:${port} table demo`);
+    expect(run.stderr).toBe("");
+  }, 240_000);
+});
+
+describe("datastore:// and firestore:// registry URLs", () => {
+  it("are checked without I/O: a known form, no credentials, paths or unknown parameters, a port with a host", () => {
+    expect(checkBackendUrl("datastore://127.0.0.1:8081?project=p&kind=Records").name).toBe("datastore");
+    expect(checkBackendUrl("datastore://?project=p").name).toBe("datastore");
+    expect(checkBackendUrl("firestore://127.0.0.1:8080?project=p&collection=records").name).toBe("firestore");
+    for (const [url, message] of [
+      ["datastore://127.0.0.1:8081?project=p&table=x", /unknown parameter table= \(known: project, kind\)/],
+      ["firestore://127.0.0.1:8080?kind=x", /unknown parameter kind= \(known: project, collection\)/],
+      ["datastore://user:secret@127.0.0.1:8081", /credentials and paths are not part/],
+      ["firestore://127.0.0.1:8080/db", /credentials and paths are not part/],
+      ["datastore://127.0.0.1?project=p", /needs a port/],
+    ] as const) {
+      expect(() => checkBackendUrl(url), url).toThrow(ConfigurationError);
+      expect(() => checkBackendUrl(url), url).toThrow(message);
+    }
+  });
+
+  it("an emulator port nobody listens on is a StorageError within connectTimeoutMs, naming the URL", async () => {
+    const port = await freePort();
+    for (const url of [
+      `datastore://127.0.0.1:${port}?project=p`,
+      `firestore://127.0.0.1:${port}?project=p`,
+    ]) {
+      const started = Date.now();
+      const error = await openBackend(url, { connectTimeoutMs: 1_500 }).catch((e: unknown) => e);
+      expect(error, url).toBeInstanceOf(StorageError);
+      expect((error as Error).message).toContain(`connect to ${url}`);
+      expect(Date.now() - started).toBeLessThan(10_000);
+    }
+  }, 30_000);
+
+  it("invalid names in the URL are refused before anything is sent", async () => {
+    await expect(openBackend("datastore://127.0.0.1:1?project=p&kind=__x__")).rejects.toThrow(/reserved/);
+    await expect(openBackend("firestore://127.0.0.1:1?project=p&collection=a-b")).rejects.toThrow(
+      /collection must match/,
+    );
+  });
 });
