@@ -168,15 +168,14 @@ class IoredisDriver implements Driver {
   readonly flavour: RedisFlavour;
   /** Corks the connection for one tick; off on a Cluster (one socket per node) and with auto-pipelining. */
   readonly #batching: boolean;
+  readonly plain: boolean;
+  readonly #clock: TickClock;
   #corked: Corkable | undefined;
   readonly #uncork = () => {
     const stream = this.#corked;
     this.#corked = undefined;
     stream?.uncork();
   };
-
-  readonly plain: boolean;
-  readonly #clock: TickClock;
 
   constructor(client: IoredisLike, flavour: RedisFlavour) {
     this.#client = client;
@@ -187,21 +186,14 @@ class IoredisDriver implements Driver {
     this.#clock = new TickClock(() => this.#client.time());
   }
 
-  plainClaim(key: string, value: RedisArg, px: string): Promise<PlainClaimReply> {
-    this.#cork();
-    const reading = this.#clock.current();
-    return (this.#client.setBuffer(key, value, "PX", px, "NX", "GET") as Promise<unknown>).then(
-      (previous) => ({ now: reading.ms, previous }),
-    );
-  }
-
   /**
    * Calls made in the same tick go out in one socket write (one syscall), as node-redis does on its
-   * own: the first call of a tick corks the client's socket and a `process.nextTick` uncorks it,
-   * after every promise continuation of the tick has had its turn. Each call stays an ordinary ioredis
+   * own: the first call of a tick corks the client's socket and a `process.nextTick` uncorks it, after
+   * every promise continuation of the tick has had its turn. Each call stays an ordinary ioredis
    * command (its own promise, offline queue and reconnect handling), and each script run is still its
-   * own atomic step, so batching never changes a decision — only how many writes carry them. (An
-   * ioredis `pipeline()` per tick does the same with about twice the client CPU per command.)
+   * own atomic step, so batching never changes a decision — only how many writes carry them. Measured
+   * (docs/redis.md): an ioredis `pipeline()` per tick costs about twice the client CPU per command,
+   * and flushing every 16 commands (so the server starts earlier) lost throughput and CPU both.
    */
   #cork(): void {
     if (!this.#batching || this.#corked !== undefined) return;
@@ -210,6 +202,14 @@ class IoredisDriver implements Driver {
     stream.cork();
     this.#corked = stream as Corkable;
     process.nextTick(this.#uncork);
+  }
+
+  plainClaim(key: string, value: RedisArg, px: string): Promise<PlainClaimReply> {
+    this.#cork();
+    const reading = this.#clock.current();
+    return (this.#client.setBuffer(key, value, "PX", px, "NX", "GET") as Promise<unknown>).then(
+      (previous) => ({ now: reading.ms, previous }),
+    );
   }
 
   run(
