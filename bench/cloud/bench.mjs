@@ -187,6 +187,22 @@ async function measure(store, n, contenders) {
 
 const CCF = "ConditionalCheckFailedException";
 
+/** `lock()` with a no-op body (it only counts the run) on `backend`. */
+function lockContender(backend) {
+  const options = {
+    backend,
+    leaseMs: LEASE_MS,
+    ttlMs: TTL_MS,
+    storeTimeoutMs: STORE_TIMEOUT_MS,
+    logger: silentLogger,
+  };
+  return {
+    name: "oncely lock()",
+    tag: "o",
+    make: (prefix, k) => (i) => lock(`${prefix}:${i}`, async () => k.work(i), options),
+  };
+}
+
 async function benchDynalite(returnOld) {
   const store = returnOld ? "dynalite + ALL_OLD" : "dynalite";
   const server = await startDynalite(returnOld);
@@ -204,7 +220,6 @@ async function benchDynalite(returnOld) {
     await createDynamoDBTable({ client: oncelyClient, table, commands: ddb });
     await createDynamoDBTable({ client: oncelyClient, table: ptTable, commands: ddb });
     const backend = new DynamoDBBackend({ client: oncelyClient, table, commands: ddb });
-    const lockOptions = { backend, leaseMs: LEASE_MS, ttlMs: TTL_MS, storeTimeoutMs: STORE_TIMEOUT_MS, logger: silentLogger };
 
     const rawClaim = (pk) => {
       const now = Date.now();
@@ -261,11 +276,7 @@ async function benchDynalite(returnOld) {
     });
 
     await measure(store, N, [
-      {
-        name: "oncely lock()",
-        tag: "o",
-        make: (prefix, k) => (i) => lock(`${prefix}:${i}`, async () => k.work(i), lockOptions),
-      },
+      lockContender(backend),
       {
         name: "raw conditional writes (same client)",
         tag: "r",
@@ -315,7 +326,6 @@ async function benchDatastore() {
   const datastore = new Datastore({ projectId: "oncely-bench", apiEndpoint: emulator.host });
   try {
     const backend = new DatastoreBackend({ datastore, kind: "BenchRecord" });
-    const lockOptions = { backend, leaseMs: LEASE_MS, ttlMs: TTL_MS, storeTimeoutMs: STORE_TIMEOUT_MS, logger: silentLogger };
     const rawTransaction = async (name, data) => {
       const key = datastore.key(["BenchRaw", name]);
       const tx = datastore.transaction();
@@ -329,11 +339,7 @@ async function benchDatastore() {
       return undefined;
     };
     await measure("Datastore emulator", Math.ceil(N / 4), [
-      {
-        name: "oncely lock()",
-        tag: "o",
-        make: (prefix, k) => (i) => lock(`${prefix}:${i}`, async () => k.work(i), lockOptions),
-      },
+      lockContender(backend),
       {
         name: "raw transactions (same client)",
         tag: "r",
@@ -374,14 +380,9 @@ async function benchFirestore() {
   const firestore = new Firestore({ projectId: "oncely-bench", host: emulator.host, ssl: false });
   try {
     const backend = new FirestoreBackend({ firestore, collection: "bench_records" });
-    const lockOptions = { backend, leaseMs: LEASE_MS, ttlMs: TTL_MS, storeTimeoutMs: STORE_TIMEOUT_MS, logger: silentLogger };
     const raw = firestore.collection("bench_raw");
     await measure("Firestore emulator", Math.ceil(N / 4), [
-      {
-        name: "oncely lock()",
-        tag: "o",
-        make: (prefix, k) => (i) => lock(`${prefix}:${i}`, async () => k.work(i), lockOptions),
-      },
+      lockContender(backend),
       {
         name: "raw transactions (same client)",
         tag: "r",
