@@ -23,7 +23,7 @@ import {
 import { callHook, consoleLogger, EventType, hashKey, type Logger, type OncelyEvent } from "./events.js";
 import { Heartbeat } from "./heartbeat.js";
 import { validateKey } from "./keys.js";
-import { storeCall } from "./store-call.js";
+import { bounded, storeCall } from "./store-call.js";
 import {
   currentTelemetry,
   endSpan,
@@ -676,9 +676,17 @@ async function mutexCall<T>(
 }
 
 async function waitForChange(r: Resolved, key: string, ms: number): Promise<void> {
-  if (r.backend.waitForChange !== undefined) {
+  const backend = r.backend;
+  if (backend.waitForChange !== undefined) {
     try {
-      await r.backend.waitForChange(key, ms);
+      // Bounded like every store call: a notification path that never answers degrades to polling.
+      await bounded(
+        r,
+        "waitForChange",
+        key,
+        () => backend.waitForChange?.(key, ms) ?? Promise.resolve(),
+        ms + r.storeTimeoutMs,
+      );
       return;
     } catch {
       // a broken notification path degrades to the polling floor
