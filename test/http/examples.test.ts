@@ -1,0 +1,26 @@
+/**
+ * The HTTP examples under examples/http-* run as users would run them (each serves on loopback, posts
+ * one order, retries it with the same Idempotency-Key and reuses the key for another order) against
+ * the built package, so the README's examples stay true.
+ */
+import { execFile } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { describe, expect, it } from "vitest";
+
+const run = promisify(execFile);
+const root = fileURLToPath(new URL("../..", import.meta.url));
+
+describe.each(["express", "fastify", "hono", "fetch"])("example: examples/http-%s", (name) => {
+  it("creates the order once, replays it to the retry, and answers 422 to the reused key", async () => {
+    const { stdout } = await run(process.execPath, [`examples/http-${name}/run.mjs`], {
+      cwd: root,
+      env: { ...process.env, ONCELY_DISABLED: "" },
+      timeout: 60_000,
+    });
+    expect(stdout).toMatch(/^first: {2}HTTP 201 .*"id":"ord_1"/m);
+    expect(stdout).toMatch(/^retry: {2}HTTP 201 Idempotent-Replayed: true .*"id":"ord_1"/m);
+    expect(stdout).toMatch(/^reused: HTTP 422 application\/problem\+json$/m);
+    expect(stdout).toMatch(/^orders created: 1$/m);
+  });
+});
