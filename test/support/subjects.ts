@@ -39,6 +39,7 @@ import { afterAll, describe } from "vitest";
 import type { Backend, BackendCapabilities } from "../../src/core/types.js";
 import { type OpenedBackend, openBackend } from "../../src/registry/index.js";
 import { startDatastoreEmulator } from "./datastore-emulator.js";
+import { startDynalite } from "./dynalite.js";
 
 /** A started subject's store: where it lives, and how to leave nothing behind. */
 export interface StartedStore {
@@ -152,6 +153,26 @@ const DEFINITIONS: readonly SubjectDefinition[] = [
       return {
         url: () => `datastore://${emulator.host}?project=${emulator.projectId}`,
         cleanup: () => emulator.stop(),
+      };
+    },
+  },
+  {
+    name: "dynamodb",
+    // dynalite in a child process of the file; opt in with ONCELY_BACKENDS=dynamodb (the DynamoDB
+    // contract, model and demo tests run it regardless)
+    expected: false,
+    capabilities: {
+      serverClock: false,
+      notifications: false,
+      nativeTtl: true,
+      batchClaim: false,
+      multiProcess: true,
+    },
+    start: async () => {
+      const dynalite = await startDynalite(); // in memory: stopping it leaves nothing behind
+      return {
+        url: () => `dynamodb://127.0.0.1:${dynalite.port}?table=oncely_records&create=1`,
+        cleanup: () => dynalite.stop(),
       };
     },
   },
