@@ -5,7 +5,6 @@ import {
   isCorrupt,
   type Observed,
   type Plan,
-  planClaim,
   planComplete,
   planRelease,
   planRenew,
@@ -18,12 +17,14 @@ import type {
   ClaimOptions,
   ClaimOutcome,
   CompleteOptions,
+  PurgeOptions,
   StoredRecord,
 } from "../../core/types.js";
 import { documentId } from "./document-id.js";
 import { fromFields, millis, type RecordFields, toFields } from "./record-fields.js";
 import { fitResult, resultLimit, warnDropped } from "./result-limit.js";
 import { type ContentionRetryOptions, retryContention } from "./retry.js";
+import { planClaimWithSkew } from "./skew.js";
 
 /** What a transaction decided to do with the document it read. */
 export type DocumentWrite =
@@ -231,13 +232,9 @@ export class DocumentBackend implements Backend {
    * or `done` (finished, within ttl), writing nothing.
    */
   claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
-    const skew = this.#skew;
-    return this.#transition("claim", key, (observed, now) => {
-      if (skew === 0) return planClaim(observed, key, now, options);
-      // Judge lapses and expiry `skew` late; the lease itself still runs leaseMs from now.
-      const plan = planClaim(observed, key, now - skew, { ...options, leaseMs: options.leaseMs + skew });
-      return plan.write === undefined ? plan : { ...plan, write: { ...plan.write, claimedAt: now } };
-    });
+    return this.#transition("claim", key, (observed, now) =>
+      planClaimWithSkew(observed, key, now, this.#skew, options),
+    );
   }
 
   /**
@@ -296,7 +293,7 @@ export class DocumentBackend implements Backend {
    * transaction that checks the expiry again, so a record a claim has just taken over is never lost.
    * Correctness never depends on it; a native TTL policy does the same job in the background.
    */
-  async purgeExpired(): Promise<number> {
+  async purgeExpired(options: PurgeOptions = {}): Promise<number> {
     const page = 200;
     let purged = 0;
     for (;;) {
@@ -308,6 +305,7 @@ export class DocumentBackend implements Backend {
         throw storageError(this.name, "purgeExpired", undefined, cause);
       }
       const due = candidates.filter((c) => expiryOf(c.expiresAt) <= now);
+      let batch = 0;
       for (const { id } of due) {
         const deleted = await retryContention(this.name, "purgeExpired", undefined, this.#contention, () =>
           this.#store.transact(id, (raw) =>
@@ -316,7 +314,15 @@ export class DocumentBackend implements Backend {
               : { outcome: false },
           ),
         );
-        if (deleted) purged++;
+        if (deleted) batch++;
+      }
+      purged += batch;
+      if (batch > 0) {
+        try {
+          options.onBatch?.(batch, purged);
+        } catch {
+          // observes, never steers
+        }
       }
       if (candidates.length < page || due.length < candidates.length) return purged;
     }

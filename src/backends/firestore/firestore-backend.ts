@@ -58,7 +58,8 @@ function firestoreStore(firestore: FirestoreLike, collection: string): DocumentS
  * winner wrote. Document ids are a hash of the namespace and key (any key fits, `/` included; the key
  * and namespace are stored and checked). `expiresAt` is a Timestamp field for a Firestore TTL policy;
  * leases are judged by the injected clock (Firestore has no server time to read inside a
- * transaction): see `skewMarginMs`.
+ * transaction): see `skewMarginMs`. `purgeExpired()` deletes the expired records of every namespace
+ * sharing the collection.
  */
 export class FirestoreBackend extends DocumentBackend {
   /** The collection the records live in. */
