@@ -6,7 +6,7 @@ import {
   type RabbitConsumerOptions,
   type RabbitSettlement,
 } from "../../src/brokers/rabbitmq/index.js";
-import { ConfigurationError } from "../../src/core/errors.js";
+import { ConfigurationError, StorageError } from "../../src/core/errors.js";
 import { silentLogger } from "../../src/core/events.js";
 import { rabbitQueue, until } from "./rabbit.js";
 
@@ -195,6 +195,58 @@ describe("oncely/rabbitmq on a real RabbitMQ", () => {
         .sort(),
     ).toEqual([1, 2, 3, 4]);
     for (const channel of channels) await channel.close();
+  });
+
+  it("a store that is down before the work: requeued after the backoff, then run once it is back", async () => {
+    const q = await open();
+    let down = true;
+    // fault injection: the first claim fails as a store outage would
+    const backend = new (class extends MemoryBackend {
+      override async claim(...args: Parameters<MemoryBackend["claim"]>) {
+        if (down) {
+          down = false;
+          throw new StorageError("claim failed: connection refused", {
+            backend: "memory",
+            operation: "claim",
+          });
+        }
+        return super.claim(...args);
+      }
+    })();
+    let runs = 0;
+    const channel = await q.channel();
+    const wrap = idempotentConsumer(
+      channel,
+      async () => ++runs,
+      options(q, backend, { storageRetries: 0, retry: { backoffMs: () => 50 } }),
+    );
+    const settled = await consume(channel, q, wrap);
+    q.publish({ order: 7 }, "outage-1");
+    await until(() => settled.length === 2, 10_000, "two deliveries");
+    expect(settled.map((s) => [s.kind, s.kind === "requeued" ? s.reason : s.outcome?.kind])).toEqual([
+      ["requeued", "store unavailable"],
+      ["acked", "ran"],
+    ]);
+    expect(runs).toBe(1);
+    await channel.close();
+  });
+
+  it("allowUnguarded runs a message without a messageId unguarded (and acks it)", async () => {
+    const q = await open();
+    let runs = 0;
+    const channel = await q.channel();
+    const wrap = idempotentConsumer(
+      channel,
+      async () => ++runs,
+      options(q, new MemoryBackend(), { allowUnguarded: true }),
+    );
+    const settled = await consume(channel, q, wrap);
+    q.publish({ order: 9 });
+    await until(() => settled.length === 1, 10_000, "the settlement");
+    expect(settled[0]).toMatchObject({ kind: "acked", outcome: { kind: "unguarded", reason: "no_key" } });
+    expect(runs).toBe(1);
+    await channel.close();
+    expect(await deadLettered(q)).toHaveLength(0);
   });
 
   it("a business key function replaces the default key; options that cannot work fail at wrap time", async () => {
