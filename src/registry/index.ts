@@ -44,6 +44,8 @@ import { ConfigurationError } from "../core/errors.js";
 import { datastore } from "./datastore.js";
 import { dynamodb } from "./dynamodb.js";
 import { firestore } from "./firestore.js";
+import { mysql } from "./mysql.js";
+import { postgres } from "./postgres.js";
 import { redis } from "./redis.js";
 import { sqlite } from "./sqlite.js";
 import type { OpenedBackend, OpenOptions, RegistryEntry } from "./types.js";
@@ -55,6 +57,8 @@ export type { OpenedBackend, OpenOptions, RegistryEntry } from "./types.js";
 export const ENTRIES: readonly RegistryEntry[] = [
   sqlite,
   redis,
+  postgres,
+  mysql,
   dynamodb,
   datastore,
   firestore,

@@ -139,6 +139,69 @@ const DEFINITIONS: readonly SubjectDefinition[] = [
     },
   },
   {
+    name: "postgres",
+    expected: true,
+    capabilities: {
+      serverClock: true,
+      notifications: true,
+      nativeTtl: false,
+      batchClaim: false,
+      multiProcess: true,
+    },
+    start: async () => {
+      // a schema of the file's own (the registry migrates the table into it), dropped afterwards
+      const base = process.env.ONCELY_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+      const schema = `oncely_s_${randomUUID().replaceAll("-", "").slice(0, 12)}`;
+      const pg = (await import("pg")).default;
+      const admin = new pg.Client({ connectionString: base });
+      await admin.connect();
+      await admin.query(`CREATE SCHEMA "${schema}"`);
+      await admin.end();
+      const url = `${base}${base.includes("?") ? "&" : "?"}schema=${schema}`;
+      return {
+        url: () => url,
+        cleanup: async () => {
+          const client = new pg.Client({ connectionString: base });
+          await client.connect();
+          await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+          await client.end();
+        },
+      };
+    },
+  },
+  {
+    name: "mysql",
+    // MariaDB runs on the development machines; opt in with ONCELY_BACKENDS=mysql (the MySQL contract,
+    // model, fault and demo tests run it regardless)
+    expected: false,
+    capabilities: {
+      serverClock: true,
+      notifications: false,
+      nativeTtl: false,
+      batchClaim: false,
+      multiProcess: true,
+    },
+    start: async () => {
+      // a database of the file's own (the registry migrates the table into it), dropped afterwards
+      const base = new URL(process.env.ONCELY_MYSQL_URL ?? "mysql://root@127.0.0.1:3306/test");
+      const database = `oncely_s_${randomUUID().replaceAll("-", "").slice(0, 12)}`;
+      const mysql = await import("mysql2/promise");
+      const admin = await mysql.createConnection({ uri: base.toString() });
+      await admin.query(`CREATE DATABASE \`${database}\``);
+      await admin.end();
+      const url = new URL(base);
+      url.pathname = `/${database}`;
+      return {
+        url: () => url.toString(),
+        cleanup: async () => {
+          const client = await mysql.createConnection({ uri: base.toString() });
+          await client.query(`DROP DATABASE IF EXISTS \`${database}\``);
+          await client.end();
+        },
+      };
+    },
+  },
+  {
     name: "datastore",
     expected: true, // the emulator jar ships with the machine's google-cloud-cli; a missing one fails loudly
     capabilities: {

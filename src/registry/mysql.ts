@@ -1,0 +1,87 @@
+/**
+ * `mysql://user[:password]@host:port/db[?table=t]` (also `mariadb://`): the MySQL/MariaDB backend on
+ * a mysql2 pool the entry creates and ends. The table is migrated on first use (`autoMigrate`; the
+ * database itself must exist). Needs mysql2.
+ */
+import { ConfigurationError } from "../core/errors.js";
+import { connectTimeout, loadDriver, parseUrl, reachWithin, redactUrl } from "./support.js";
+import type { RegistryEntry } from "./types.js";
+
+interface MysqlPromisePool {
+  end(): Promise<void>;
+}
+interface Mysql2Promise {
+  createPool(config: Record<string, unknown>): MysqlPromisePool;
+}
+
+function parseMysqlUrl(raw: string): { config: Record<string, unknown>; table?: string } {
+  const url = parseUrl("mysql", raw, "mysql://user@host:port/db");
+  if (url.protocol !== "mysql:" && url.protocol !== "mariadb:") {
+    throw new ConfigurationError(`expected mysql:// or mariadb://, got ${url.protocol}`, {
+      backend: "mysql",
+    });
+  }
+  if (url.hostname === "") {
+    throw new ConfigurationError(`${redactUrl(raw)}: mysql:// needs a host`, { backend: "mysql" });
+  }
+  const database = decodeURIComponent(url.pathname.replace(/^\//, ""));
+  if (database === "" || database.includes("/")) {
+    throw new ConfigurationError(`${redactUrl(raw)}: the path must name the database, e.g. /app`, {
+      backend: "mysql",
+    });
+  }
+  const table = url.searchParams.get("table") ?? undefined;
+  const config: Record<string, unknown> = {
+    host: url.hostname,
+    port: url.port === "" ? 3306 : Number(url.port),
+    user: decodeURIComponent(url.username || "root"),
+    password: decodeURIComponent(url.password),
+    database,
+    connectionLimit: 10,
+  };
+  return { config, ...(table === undefined ? {} : { table }) };
+}
+
+export const mysql: RegistryEntry = {
+  name: "mysql",
+  schemes: ["mysql:", "mariadb:"],
+  describe:
+    "mysql://user@host:port/db[?table=t]  MySQL 8 / MariaDB, table created on first use (npm i mysql2)",
+  check: (url) => void parseMysqlUrl(url),
+  async open(url, options) {
+    const parsed = parseMysqlUrl(url);
+    const timeoutMs = connectTimeout("mysql", options.connectTimeoutMs);
+    const driver = await loadDriver(
+      "mysql",
+      new URL(url).protocol,
+      "mysql2",
+      () => import("mysql2/promise") as Promise<Mysql2Promise & { default?: Mysql2Promise }>,
+    );
+    const createPool = (driver.default ?? driver).createPool;
+    const { MysqlBackend } = await import("../backends/mysql/index.js");
+    const pool = createPool({ ...parsed.config, connectTimeout: timeoutMs });
+    let backend: InstanceType<typeof MysqlBackend>;
+    try {
+      backend = new MysqlBackend({
+        pool: pool as never,
+        namespace: options.namespace,
+        table: parsed.table,
+        autoMigrate: true,
+      });
+      await reachWithin("mysql", `connect to ${redactUrl(url)}`, timeoutMs, () =>
+        backend.get("oncely-registry-probe"),
+      );
+    } catch (error) {
+      await pool.end().catch(() => {});
+      throw error;
+    }
+    return {
+      backend,
+      label: `MySQL ${redactUrl(url)}`,
+      close: async () => {
+        await backend.close().catch(() => {});
+        await pool.end().catch(() => {});
+      },
+    };
+  },
+};

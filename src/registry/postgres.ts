@@ -1,0 +1,87 @@
+/**
+ * `postgres://user[:password]@host:port/db[?schema=s&table=t]` (also `postgresql://`): the PostgreSQL
+ * backend on a `pg` Pool the entry creates and ends. The table is migrated on first use
+ * (`autoMigrate`; the schema itself must exist). Other query parameters (`sslmode`, …) go to `pg`.
+ * Needs pg.
+ */
+import { ConfigurationError } from "../core/errors.js";
+import { connectTimeout, loadDriver, parseUrl, reachWithin, redactUrl } from "./support.js";
+import type { RegistryEntry } from "./types.js";
+
+interface PgPool {
+  end(): Promise<void>;
+  on(event: "error", listener: (error: Error) => void): unknown;
+}
+type PgPoolConstructor = new (config: Record<string, unknown>) => PgPool;
+
+/** The URL split into what `pg` connects with and what the backend is configured with. */
+function parsePostgresUrl(raw: string): { connectionString: string; schema?: string; table?: string } {
+  const url = parseUrl("postgres", raw, "postgres://user@host:port/db");
+  if (url.protocol !== "postgres:" && url.protocol !== "postgresql:") {
+    throw new ConfigurationError(`expected postgres:// or postgresql://, got ${url.protocol}`, {
+      backend: "postgres",
+    });
+  }
+  if (url.hostname === "") {
+    throw new ConfigurationError(`${redactUrl(raw)}: postgres:// needs a host`, { backend: "postgres" });
+  }
+  const schema = url.searchParams.get("schema") ?? undefined;
+  const table = url.searchParams.get("table") ?? undefined;
+  url.searchParams.delete("schema");
+  url.searchParams.delete("table");
+  return {
+    connectionString: url.toString(),
+    ...(schema === undefined ? {} : { schema }),
+    ...(table === undefined ? {} : { table }),
+  };
+}
+
+export const postgres: RegistryEntry = {
+  name: "postgres",
+  schemes: ["postgres:", "postgresql:"],
+  describe:
+    "postgres://user@host:port/db[?schema=s&table=t]  PostgreSQL, table created on first use (npm i pg)",
+  check: (url) => void parsePostgresUrl(url),
+  async open(url, options) {
+    const parsed = parsePostgresUrl(url);
+    const timeoutMs = connectTimeout("postgres", options.connectTimeoutMs);
+    const pg = await loadDriver(
+      "postgres",
+      new URL(url).protocol,
+      "pg",
+      () => import("pg") as Promise<{ default?: { Pool?: unknown }; Pool?: unknown }>,
+    );
+    const Pool = (pg.default?.Pool ?? pg.Pool) as PgPoolConstructor;
+    const { PostgresBackend } = await import("../backends/postgres/index.js");
+    const pool = new Pool({
+      connectionString: parsed.connectionString,
+      connectionTimeoutMillis: timeoutMs,
+      max: 10,
+    });
+    pool.on("error", () => {}); // an idle client whose server went away: the next statement reports it
+    let backend: InstanceType<typeof PostgresBackend>;
+    try {
+      backend = new PostgresBackend({
+        pool: pool as never,
+        namespace: options.namespace,
+        schema: parsed.schema,
+        table: parsed.table,
+        autoMigrate: true,
+      });
+      await reachWithin("postgres", `connect to ${redactUrl(url)}`, timeoutMs, () =>
+        backend.get("oncely-registry-probe"),
+      );
+    } catch (error) {
+      await pool.end().catch(() => {});
+      throw error;
+    }
+    return {
+      backend,
+      label: `PostgreSQL ${redactUrl(url)}`,
+      close: async () => {
+        await backend.close().catch(() => {});
+        await pool.end().catch(() => {});
+      },
+    };
+  },
+};
