@@ -302,6 +302,10 @@ export class RedisBackend implements Backend {
    * (live lease, with the time left on the server clock) or `done` (with result and fingerprint).
    */
   claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
+    return this.#claim(key, options);
+  }
+
+  #claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
     let args: RedisArg[];
     try {
       args = this.#claimArgs(options);
@@ -377,7 +381,7 @@ export class RedisBackend implements Backend {
     requests: ReadonlyArray<{ readonly key: string; readonly options: ClaimOptions }>,
   ): Promise<ClaimOutcome[]> {
     if (requests.length === 0) return [];
-    if (this.#plain) return Promise.all(requests.map((r) => this.claim(r.key, r.options)));
+    if (this.#plain) return Promise.all(requests.map((r) => this.#claim(r.key, r.options)));
     let replies: unknown[];
     try {
       replies = await this.#driver.runMany(
