@@ -12,6 +12,8 @@ export default defineConfig([
       fastify: "src/adapters/fastify/index.ts",
       hono: "src/adapters/hono/index.ts",
       testing: "src/testing/index.ts",
+      "testing/pubsub": "src/testing/pubsub.ts",
+      "backend-kit": "src/backend-kit.ts",
       datastore: "src/backends/datastore/index.ts",
       firestore: "src/backends/firestore/index.ts",
       dynamodb: "src/backends/dynamodb/index.ts",

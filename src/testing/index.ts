@@ -1,5 +1,6 @@
 /**
  * Test helpers for oncely users and backend authors: the backend contract suite and a manual clock.
+ * Nothing here loads `node:http` or a driver; the Pub/Sub push simulator is `oncely/testing/pubsub`.
  */
 export { ManualClock } from "../core/clock.js";
 export {
@@ -8,18 +9,3 @@ export {
   backendContract,
   type TestRunner,
 } from "./contract.js";
-export {
-  type BackoffOptions,
-  type DeliveryOutcome,
-  type DeliveryRecord,
-  type MessageState,
-  type MessageStatus,
-  type PublishedMessage,
-  type PublishInput,
-  type PublishOptions,
-  PushFormat,
-  PushSimulator,
-  type PushSimulatorOptions,
-  type SimulatedSubscription,
-  type SimulatorSummary,
-} from "./pubsub-simulator.js";

@@ -7,10 +7,8 @@ import { fileURLToPath } from "node:url";
 import Database from "better-sqlite3";
 import { Redis } from "ioredis";
 import { describe, expect, it } from "vitest";
-import type { DispatchReport } from "../../src/cli/demo/dispatch.js";
-import { planDemo } from "../../src/cli/demo/plan.js";
 import { formatReport, passed, verdictLine } from "../../src/cli/demo/report.js";
-import { type JournalEntry, judge, type KeyedEffect, type VerdictInput } from "../../src/cli/demo/verdict.js";
+import { judge, planStorm, type StormReport } from "../../src/testing/storm/index.js";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const cli = join(root, "dist/cli/main.js");
@@ -66,7 +64,7 @@ function namespaceOf(stdout: string): string {
 
 /** Checks a finished run's table against the plan and against the keyed sink the run kept. */
 function checkRun(run: Run, messages: number): void {
-  const plan = planDemo(messages, 1);
+  const plan = planStorm(messages, 1);
   const republishes = plan.messages.filter((m) => m.republishAfterMs !== undefined).length;
   expect(run.stderr).toBe("");
   expect(run.code, run.stdout).toBe(0);
@@ -84,7 +82,7 @@ function checkRun(run: Run, messages: number): void {
   expect(row(run.stdout, "other errors")).toBe("0");
   // Every published message is pushed at least once, twins twice, acked ones again after the ack.
   const deliveries = Number(row(run.stdout, "deliveries (HTTP pushes)"));
-  const twins = plan.messages.filter((m) => m.concurrentTwin).length;
+  const twins = plan.messages.reduce((sum, m) => sum + m.copies - 1, 0);
   const redeliveries = plan.messages.reduce((sum, m) => sum + m.redeliveriesAfterAck, 0);
   expect(deliveries).toBeGreaterThanOrEqual(messages + republishes + twins + redeliveries);
   // Redeliveries after the ack and republishes that arrive after the order is done are duplicates.
@@ -213,7 +211,7 @@ describe("oncely demo (built CLI: push simulator → front → idempotent() work
   }, 180_000);
 
   it("fails the verdict (exit 1) when the guard keys on the messageId: republishes run twice", async () => {
-    const plan = planDemo(60, 1);
+    const plan = planStorm(60, 1);
     expect(plan.messages.filter((m) => m.republishAfterMs !== undefined).length).toBeGreaterThan(0);
     const run = await runCli(["demo", "--messages", "60", "--workers", "2", "--key", "messageId", "--keep"]);
     try {
@@ -266,134 +264,8 @@ describe("oncely demo (built CLI: push simulator → front → idempotent() work
   }, 60_000);
 });
 
-describe("demo plan", () => {
-  it("is a function of the seed", () => {
-    expect(planDemo(200, 7)).toEqual(planDemo(200, 7));
-    expect(planDemo(200, 8)).not.toEqual(planDemo(200, 7));
-    const plan = planDemo(400, 1);
-    expect(plan.messages.some((m) => m.concurrentTwin)).toBe(true);
-    expect(plan.messages.some((m) => m.redeliveriesAfterAck > 0)).toBe(true);
-    expect(plan.messages.some((m) => m.transientFailures > 0)).toBe(true);
-    expect(plan.messages.some((m) => m.republishAfterMs !== undefined)).toBe(true);
-    expect(plan.killAfterAcks.length).toBeGreaterThan(0);
-  });
-});
-
-describe("demo verdict", () => {
-  const keys = ["a", "b"];
-  const effect = (seq: number, key: string, fence: number, pid: number): JournalEntry => ({
-    kind: "effect",
-    seq,
-    key,
-    fence,
-    pid,
-  });
-  const kill = (seq: number, pid: number): JournalEntry => ({ kind: "kill", seq, pid });
-  const keyed = (key: string, fence: number, pid: number): KeyedEffect => ({ key, fence, pid });
-  const base: VerdictInput = {
-    keys,
-    journal: [effect(1, "a", 1, 100), effect(2, "b", 1, 101)],
-    effects: [keyed("a", 1, 100), keyed("b", 1, 101)],
-    committed: [
-      { key: "a", fence: 1 },
-      { key: "b", fence: 1 },
-    ],
-  };
-
-  it("passes when every key took effect once", () => {
-    const verdict = judge(base);
-    expect(verdict.kind).toBe("pass");
-    expect(verdict.executions).toBe(2);
-    expect(verdict.reruns).toEqual([]);
-  });
-
-  it("accepts a re-run after the earlier executor was killed in the crash window, and counts it", () => {
-    const verdict = judge({
-      ...base,
-      journal: [effect(1, "a", 1, 100), effect(2, "b", 1, 101), kill(3, 100), effect(4, "a", 2, 102)],
-      committed: [
-        { key: "b", fence: 1 },
-        { key: "a", fence: 2 },
-      ],
-    });
-    expect(verdict.kind).toBe("pass");
-    expect(verdict.executions).toBe(3);
-    expect(verdict.reruns).toEqual([{ key: "a", fence: 2, pid: 102, killedFence: 1, killedPid: 100 }]);
-  });
-
-  it("rejects a doubled side effect whose earlier executor was alive", () => {
-    const verdict = judge({ ...base, journal: [...base.journal, effect(3, "a", 2, 101)] });
-    expect(verdict.kind).toBe("fail");
-    if (verdict.kind !== "fail") return;
-    expect(verdict.problems).toEqual([
-      {
-        kind: "doubled",
-        key: "a",
-        fence: 2,
-        pid: 101,
-        previousFence: 1,
-        previousPid: 100,
-        reason: "earlier executor was never killed",
-      },
-    ]);
-  });
-
-  it("rejects a re-run when the earlier execution had committed, even if its process was killed later", () => {
-    const verdict = judge({ ...base, journal: [...base.journal, kill(3, 100), effect(4, "a", 2, 102)] });
-    expect(verdict.kind).toBe("fail");
-    if (verdict.kind !== "fail") return;
-    expect(verdict.problems.map((p) => p.kind === "doubled" && p.reason)).toEqual([
-      "earlier execution had committed",
-    ]);
-  });
-
-  it("rejects a re-run that came before the kill, or under a fence that did not advance", () => {
-    const early = judge({
-      ...base,
-      journal: [...base.journal, effect(3, "a", 2, 102), kill(4, 100)],
-      committed: [{ key: "b", fence: 1 }],
-    });
-    expect(early.kind === "fail" && early.problems.map((p) => p.kind === "doubled" && p.reason)).toEqual([
-      "earlier executor was killed only after the re-run",
-    ]);
-    const stale = judge({
-      ...base,
-      journal: [...base.journal, kill(3, 100), effect(4, "a", 1, 102)],
-      committed: [{ key: "b", fence: 1 }],
-    });
-    expect(stale.kind === "fail" && stale.problems.map((p) => p.kind === "doubled" && p.reason)).toEqual([
-      "fence did not advance",
-    ]);
-  });
-
-  it("rejects a missing side effect, never run or absent from the keyed sink", () => {
-    const never = judge({ ...base, journal: [effect(1, "a", 1, 100)], effects: [keyed("a", 1, 100)] });
-    expect(never.kind).toBe("fail");
-    if (never.kind !== "fail") return;
-    expect(never.problems).toEqual([{ kind: "missing", key: "b", detail: "the side effect never ran" }]);
-
-    const unsunk = judge({ ...base, effects: [keyed("a", 1, 100)] });
-    expect(unsunk.kind === "fail" && unsunk.problems.map((p) => `${p.kind}:${p.key}`)).toEqual(["missing:b"]);
-  });
-
-  it("rejects side effects for keys that were never published and a keyed sink that disagrees with the journal", () => {
-    const stray = judge({
-      ...base,
-      journal: [...base.journal, effect(3, "z", 1, 100)],
-      effects: [...base.effects, keyed("z", 1, 100)],
-    });
-    expect(stray.kind === "fail" && stray.problems.map((p) => `${p.kind}:${p.key}`)).toEqual([
-      "unknown_key:z",
-    ]);
-    const mismatch = judge({ ...base, effects: [keyed("a", 5, 100), keyed("b", 1, 101)] });
-    expect(mismatch.kind === "fail" && mismatch.problems.map((p) => `${p.kind}:${p.key}`)).toEqual([
-      "sink_mismatch:a",
-    ]);
-  });
-});
-
 describe("demo report", () => {
-  const report: DispatchReport = {
+  const report: StormReport = {
     messages: 2,
     published: 3,
     deliveries: 7,
@@ -405,15 +277,34 @@ describe("demo report", () => {
     storeErrorSample: undefined,
     errors: 0,
     errorSample: undefined,
-    crashes: 1,
-    crashesRecovered: 1,
+    kills: 1,
+    killsRecovered: 1,
     crashWindowKills: 0,
     orphanedDeliveries: 1,
+    maxCutAttempt: 1,
+    killBudget: 16,
+    killsPlanned: 1,
+    killRefusals: { restarting: 0, budget: 0 },
+    orphanedClaims: 1,
+    orphansRecovered: 1,
+    maxStuckMs: 900,
+    leaseViolations: [],
+    unfinishedRecords: 0,
+    keysDone: 2,
     deadLettered: 0,
     pending: 0,
     maxDeliveryAttempt: 3,
     maxDeliveryAttempts: 50,
-    unexpectedExits: 0,
+    byOutcome: { "204": 5, "503": 1, "500": 1 },
+    nackReasons: {},
+    sideEffects: 2,
+    sinkKeys: 2,
+    messagesInSink: 2,
+    reruns: 0,
+    unexplainedReruns: 0,
+    staleWrites: 0,
+    unexpectedExits: [],
+    survivors: [],
     committed: [],
     wallMs: 1_234,
   };
@@ -433,12 +324,13 @@ describe("demo report", () => {
   it("prints every row of the table and a PASS line", () => {
     expect(pass.kind).toBe("pass");
     expect(passed(report, pass)).toBe(true);
-    const text = formatReport(report, pass, { keysDone: 2 });
+    const text = formatReport(report, pass);
     expect(row(text, "messages")).toBe("2");
     expect(row(text, "published (incl. republishes, new messageId)")).toBe("3");
     expect(row(text, "keys recorded done by oncely")).toBe("2/2");
     expect(row(text, "contention nacks (503)")).toBe("1");
     expect(row(text, "crash recoveries (SIGKILL, restarted)")).toBe("1/1");
+    expect(row(text, "claims orphaned by a kill, all healed within a lease")).toBe("1/1");
     expect(row(text, "dead-lettered (must be 0)")).toBe("0");
     expect(row(text, "max deliveryAttempt")).toBe("3 of 50");
     expect(row(text, "wall time")).toBe("1.2 s");
@@ -452,5 +344,9 @@ describe("demo report", () => {
       "verdict: FAIL — 0 missing, 0 doubled, 1 dead-lettered, 0 never settled (of 2 messages)",
     );
     expect(passed({ ...report, pending: 1 }, pass)).toBe(false);
+    expect(passed({ ...report, unexpectedExits: ["worker 7 exited"] }, pass)).toBe(false);
+    expect(
+      passed({ ...report, leaseViolations: ["k fence 1: lease ends 4000 ms after its holder died"] }, pass),
+    ).toBe(false);
   });
 });

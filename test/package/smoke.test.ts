@@ -23,8 +23,27 @@ try {
 } catch (error) {
   sqliteError = error.name + ": " + error.message;
 }
-console.log(JSON.stringify({ first: first.kind, again: again.kind, runs, contract: typeof backendContract, sqliteError }));
+let keyError = "";
+try {
+  validateKey("order-\\uD800");
+} catch (error) {
+  keyError = error.name;
+}
+const planned = planClaim(undefined, "k", 0, { leaseMs: 1000, ttlMs: 1000, token: "t" });
+const kit = {
+  planClaim: planned.outcome.kind,
+  storageError: storageError("mine", "claim", "k", new Error("down")).name,
+  keyError,
+};
+const simulator = typeof PushSimulator;
+console.log(JSON.stringify({ first: first.kind, again: again.kind, runs, contract: typeof backendContract, sqliteError, kit, simulator }));
 `;
+
+/** What the backend kit and the Pub/Sub testing subpath answer in the script above. */
+const KIT = {
+  kit: { planClaim: "won", storageError: "StorageError", keyError: "InvalidKeyError" },
+  simulator: "function",
+};
 
 describe("the packed package, installed in an empty project", () => {
   beforeAll(() => {
@@ -46,10 +65,12 @@ describe("the packed package, installed in an empty project", () => {
       join(dir, "esm.mjs"),
       script(`import { lock, MemoryBackend } from "oncely";
 import { SqliteBackend } from "oncely/sqlite";
-import { backendContract } from "oncely/testing";`),
+import { backendContract } from "oncely/testing";
+import { PushSimulator } from "oncely/testing/pubsub";
+import { planClaim, storageError, validateKey } from "oncely/backend-kit";`),
     );
     const out = JSON.parse(node("esm.mjs"));
-    expect(out).toMatchObject({ first: "ran", again: "duplicate", runs: 1, contract: "function" });
+    expect(out).toMatchObject({ first: "ran", again: "duplicate", runs: 1, contract: "function", ...KIT });
     expect(out.sqliteError).toMatch(/^ConfigurationError: \[oncely\] \[sqlite\] .*better-sqlite3/);
   });
 
@@ -59,12 +80,28 @@ import { backendContract } from "oncely/testing";`),
       `(async () => {
 ${script(`const { lock, MemoryBackend } = require("oncely");
 const { SqliteBackend } = require("oncely/sqlite");
-const { backendContract } = require("oncely/testing");`)}
+const { backendContract } = require("oncely/testing");
+const { PushSimulator } = require("oncely/testing/pubsub");
+const { planClaim, storageError, validateKey } = require("oncely/backend-kit");`)}
 })();`,
     );
     const out = JSON.parse(node("cjs.cjs"));
-    expect(out).toMatchObject({ first: "ran", again: "duplicate", runs: 1, contract: "function" });
+    expect(out).toMatchObject({ first: "ran", again: "duplicate", runs: 1, contract: "function", ...KIT });
     expect(out.sqliteError).toMatch(/^ConfigurationError: \[oncely\] \[sqlite\] .*better-sqlite3/);
+  });
+
+  it("oncely/testing and oncely/backend-kit load no node:http (the simulator is oncely/testing/pubsub)", () => {
+    const loadsHttp = (subpath: string) => {
+      writeFileSync(
+        join(dir, "http.cjs"),
+        `require(${JSON.stringify(subpath)}); console.log(JSON.stringify(process.moduleLoadList.some((m) => m === "NativeModule http")));`,
+      );
+      return JSON.parse(node("http.cjs")) as boolean;
+    };
+    expect(loadsHttp("oncely/testing")).toBe(false);
+    expect(loadsHttp("oncely/backend-kit")).toBe(false);
+    // the probe can see it: the simulator's subpath does load it
+    expect(loadsHttp("oncely/testing/pubsub")).toBe(true);
   });
 
   it("the root entry loads no driver", () => {

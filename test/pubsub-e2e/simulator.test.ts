@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { ConfigurationError } from "../../src/core/errors.js";
-import { PushFormat, PushSimulator, type PushSimulatorOptions } from "../../src/testing/index.js";
+import { PushFormat, PushSimulator, type PushSimulatorOptions } from "../../src/testing/pubsub.js";
 
 interface Received {
   readonly url: string;

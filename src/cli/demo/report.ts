@@ -1,17 +1,24 @@
 /**
  * What the demo prints: a progress line while it runs and, at the end, the table and the verdict.
- * Reads only a `DispatchReport` and a `Verdict`, whatever dispatch produced them.
+ * Reads only the storm's `StormReport` and `Verdict`.
  */
-import type { DispatchProgress, DispatchReport } from "./dispatch.js";
-import { describeProblems, type Verdict } from "./verdict.js";
+import {
+  describeProblems,
+  passed,
+  type StormProgress,
+  type StormReport,
+  type Verdict,
+} from "../../testing/storm/index.js";
+
+export { passed };
 
 /** One progress line (no escape codes; the caller decides how to draw it). */
-export function formatProgress(p: DispatchProgress, elapsedMs: number): string {
+export function formatProgress(p: StormProgress, elapsedMs: number): string {
   const percent = p.messages === 0 ? 100 : Math.floor((100 * p.acked) / p.messages);
   return (
     `[${(elapsedMs / 1000).toFixed(1)}s] ${p.acked}/${p.messages} orders acked (${percent}%)` +
     ` · ${p.deliveries} pushes · ${p.inFlight} in flight · ${p.duplicates} duplicates suppressed` +
-    ` · ${p.contention} contention nacks (503) · ${p.crashes} workers killed`
+    ` · ${p.contention} contention nacks (503) · ${p.kills} workers killed`
   );
 }
 
@@ -46,18 +53,8 @@ export class ProgressPrinter {
   }
 }
 
-/** What the guard's own store says after the run (read back from it, not from the dispatch). */
-export interface StoreSummary {
-  /** Message keys whose oncely record is `done`. */
-  readonly keysDone: number;
-}
-
 /** The rows of the final table, label and value. */
-export function tableRows(
-  report: DispatchReport,
-  verdict: Verdict,
-  store?: StoreSummary,
-): [string, string][] {
+export function tableRows(report: StormReport, verdict: Verdict): [string, string][] {
   const rows: [string, string][] = [
     ["messages", String(report.messages)],
     ["  published (incl. republishes, new messageId)", String(report.published)],
@@ -67,9 +64,13 @@ export function tableRows(
     ["duplicates suppressed", String(report.duplicatesSuppressed)],
     ["contention nacks (503)", String(report.contentionRetries)],
     ["transient failures (500, redelivered)", String(report.transientFailures)],
-    ["crash recoveries (SIGKILL, restarted)", `${report.crashesRecovered}/${report.crashes}`],
+    ["crash recoveries (SIGKILL, restarted)", `${report.killsRecovered}/${report.kills}`],
     ["  killed inside the crash window", String(report.crashWindowKills)],
     ["  pushes cut by a kill (502, redelivered)", String(report.crashNacks)],
+    [
+      "  claims orphaned by a kill, all healed within a lease",
+      `${report.orphansRecovered}/${report.orphanedClaims}`,
+    ],
     ["crash-window re-runs absorbed by the keyed sink", String(verdict.reruns.length)],
     ["dead-lettered (must be 0)", String(report.deadLettered)],
     ["max deliveryAttempt", `${report.maxDeliveryAttempt} of ${report.maxDeliveryAttempts}`],
@@ -77,19 +78,13 @@ export function tableRows(
     ["other errors", String(report.errors)],
     ["wall time", `${(report.wallMs / 1000).toFixed(1)} s`],
   ];
-  if (store !== undefined)
-    rows.splice(5, 0, ["keys recorded done by oncely", `${store.keysDone}/${report.messages}`]);
+  rows.splice(5, 0, ["keys recorded done by oncely", `${report.keysDone}/${report.messages}`]);
   return rows;
 }
 
-/** True when the run passes: the verdict holds and the topic dead-lettered or stranded nothing. */
-export function passed(report: DispatchReport, verdict: Verdict): boolean {
-  return verdict.kind === "pass" && report.deadLettered === 0 && report.pending === 0;
-}
-
 /** The table and the verdict line, ready to print. */
-export function formatReport(report: DispatchReport, verdict: Verdict, store?: StoreSummary): string {
-  const rows = tableRows(report, verdict, store);
+export function formatReport(report: StormReport, verdict: Verdict): string {
+  const rows = tableRows(report, verdict);
   const labelWidth = Math.max(...rows.map(([label]) => label.length));
   const valueWidth = Math.max(...rows.map(([, value]) => value.length));
   const rule = `+${"-".repeat(labelWidth + 2)}+${"-".repeat(valueWidth + 2)}+`;
@@ -99,8 +94,10 @@ export function formatReport(report: DispatchReport, verdict: Verdict, store?: S
   lines.push(rule);
   lines.push(verdictLine(report, verdict));
   if (verdict.kind === "fail") for (const line of describeProblems(verdict.problems)) lines.push(`  ${line}`);
-  if (report.unexpectedExits > 0)
-    lines.push(`  note: ${report.unexpectedExits} worker(s) died without being killed`);
+  if (report.unexpectedExits.length > 0)
+    lines.push(
+      `  note: ${report.unexpectedExits.length} worker(s) died without being killed; first: ${report.unexpectedExits[0]}`,
+    );
   if (report.storeErrorSample !== undefined && report.storeErrors > 0)
     lines.push(`  first store error: ${report.storeErrorSample}`);
   if (report.errorSample !== undefined && report.errors > 0)
@@ -109,7 +106,7 @@ export function formatReport(report: DispatchReport, verdict: Verdict, store?: S
 }
 
 /** The one-line verdict. */
-export function verdictLine(report: DispatchReport, verdict: Verdict): string {
+export function verdictLine(report: StormReport, verdict: Verdict): string {
   if (!passed(report, verdict)) {
     const missing = verdict.kind === "fail" ? verdict.problems.filter((p) => p.kind === "missing").length : 0;
     const doubled = verdict.kind === "fail" ? verdict.problems.filter((p) => p.kind === "doubled").length : 0;
@@ -123,7 +120,7 @@ export function verdictLine(report: DispatchReport, verdict: Verdict): string {
   const reruns = verdict.reruns.length;
   return (
     `verdict: PASS — ${verdict.messages === 1 ? "the message" : `every one of ${verdict.messages} messages`} took effect exactly once in the keyed sink` +
-    ` across ${report.deliveries} deliveries and ${report.crashes} worker kills, none dead-lettered` +
+    ` across ${report.deliveries} deliveries and ${report.kills} worker kills, none dead-lettered` +
     (reruns > 0
       ? `; ${reruns} re-run${reruns === 1 ? "" : "s"} after a kill in the crash window (side effect done, complete not committed) absorbed by the sink's key`
       : "; no kill landed in the crash window")

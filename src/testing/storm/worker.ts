@@ -1,5 +1,5 @@
 /**
- * A demo worker: a child process serving the guarded push endpoint on 127.0.0.1 (a port it picks and
+ * A storm worker: a child process serving the guarded push endpoint on 127.0.0.1 (a port it picks and
  * reports to the coordinator over IPC). The coordinator's front routes the simulator's deliveries to
  * it. It may be SIGKILLed at any moment; that is the point.
  */
@@ -12,9 +12,29 @@ import { createGuardedHandler, InjectedFault, type KeyBy } from "./handler.js";
 import type { FromWorker } from "./protocol.js";
 import { Sink } from "./sink.js";
 
+/**
+ * The arguments that make the `oncely` CLI (`dist/cli/main.js`) run `runWorker` with `options`: the
+ * coordinator forks the built CLI with them, so every worker runs the shipped package.
+ */
+export function workerArgs(options: WorkerOptions): string[] {
+  return [
+    "__worker",
+    "--key",
+    options.keyBy,
+    "--backend",
+    options.backend,
+    "--namespace",
+    options.namespace,
+    "--sink",
+    options.sinkFile,
+    "--lease-ms",
+    String(options.leaseMs),
+  ];
+}
+
 /** Where a worker finds the stores, and its lease. */
 export interface WorkerOptions {
-  /** The `--backend` URL (the coordinator always passes one, `sqlite:<file>` for the embedded store). */
+  /** The registry URL of the guard's store (the coordinator always passes one, `sqlite:<file>` too). */
   readonly backend: string;
   /** The run's namespace on that store. */
   readonly namespace: string;

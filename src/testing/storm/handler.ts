@@ -1,5 +1,5 @@
 /**
- * The push endpoint every demo worker serves: `idempotent` from oncely/pubsub around work whose side
+ * The push endpoint every storm worker serves: `idempotent` from oncely/pubsub around work whose side
  * effect lands in a sink keyed by the business key (the `orderId` attribute), so that redeliveries,
  * concurrent duplicates and republishes under a new messageId all take effect once. It is the part a
  * user would write in a Cloud Run push service.
@@ -14,7 +14,7 @@ import type { Sink } from "./sink.js";
 /** The attribute that carries the business key. */
 export const ORDER_ATTRIBUTE = "orderId";
 
-/** What each demo message carries in its data: the work to simulate for its order. */
+/** What each storm message carries in its data: the work to simulate for its order. */
 export interface OrderWork {
   readonly orderId: string;
   /** Executions of the work that throw before the side effect (each answered 500, redelivered). */
@@ -50,6 +50,11 @@ export class InjectedFault extends Error {
   override name = "InjectedFault";
 }
 
+/** A write the sink refused: a fence not above the one already written for the guard key (a zombie). */
+export class StaleWrite extends Error {
+  override name = "StaleWrite";
+}
+
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 function isDelay(value: unknown): value is number {
@@ -67,7 +72,7 @@ export function parseWork(json: unknown): OrderWork {
     !isDelay(w.beforeEffectMs) ||
     !isDelay(w.afterEffectMs)
   ) {
-    throw new TypeError("the message data is not a demo order");
+    throw new TypeError("the message data is not a storm order");
   }
   return w as OrderWork;
 }
@@ -82,6 +87,8 @@ export function createGuardedHandler(
       const work = parseWork(message.json);
       // The sink keys the side effect by the order, whatever the guard keys on.
       const order = work.orderId;
+      // Journaled first: if this process is killed now, the coordinator finds the claim it orphaned.
+      sink.recordHold(key, fence, pid);
       await sleep(work.beforeEffectMs);
       if (sink.faultsFor(order) < work.transientFailures) {
         sink.recordFault(order, fence, pid);
@@ -89,7 +96,12 @@ export function createGuardedHandler(
       }
       // A claim lost before the side effect must not perform it.
       signal.throwIfAborted();
-      sink.recordEffect(order, fence, pid);
+      const write = sink.recordEffect(order, key, message.messageId ?? "", fence, pid);
+      if (write.kind === "stale") {
+        throw new StaleWrite(
+          `stale writer refused by the sink: ${key} at fence ${fence} <= ${write.heldFence}`,
+        );
+      }
       const id = Number(request.headers[DELIVERY_HEADER]);
       if (Number.isSafeInteger(id)) options.onEffect?.(id);
       // More work after the side effect: a kill here is the crash window.
