@@ -65,6 +65,14 @@ const datastoreEmulator = useDatastoreEmulator();
 const firestoreEmulator = useFirestoreEmulator();
 let datastore: Datastore | undefined;
 let firestore: Firestore | undefined;
+const datastoreClient = () => {
+  datastore ??= datastoreEmulator.current.client();
+  return datastore;
+};
+const firestoreClient = () => {
+  firestore ??= firestoreEmulator.current.client();
+  return firestore;
+};
 
 // DynamoDB: dynalite as shipped (no item with a failed condition) and returning it, as DynamoDB does
 type DynamoSlot = { server: Dynalite; table: string; client: ReturnType<Dynalite["client"]> };
@@ -160,13 +168,11 @@ const subjects: { name: string; make: (ns: string) => Backend }[] = [
   { name: "mysql (MariaDB)", make: (namespace) => new MysqlBackend({ pool: mysqlPool, namespace }) },
   {
     name: "datastore (emulator)",
-    make: (namespace) =>
-      new DatastoreBackend({ datastore: (datastore ??= datastoreEmulator.current.client()), namespace }),
+    make: (namespace) => new DatastoreBackend({ datastore: datastoreClient(), namespace }),
   },
   {
     name: "firestore (emulator)",
-    make: (namespace) =>
-      new FirestoreBackend({ firestore: (firestore ??= firestoreEmulator.current.client()), namespace }),
+    make: (namespace) => new FirestoreBackend({ firestore: firestoreClient(), namespace }),
   },
   { name: "dynamodb (dynalite)", make: (namespace) => dynamodb("plain", namespace) },
   { name: "dynamodb (dynalite + ALL_OLD)", make: (namespace) => dynamodb("allOld", namespace) },
