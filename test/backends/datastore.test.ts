@@ -6,7 +6,7 @@ import { documentId } from "../../src/backends/document/document-id.js";
 import { newToken } from "../../src/core/verbs.js";
 import { ManualClock } from "../../src/index.js";
 import { backendContract } from "../../src/testing/index.js";
-import { useDatastoreEmulator } from "../support/datastore-emulator.js";
+import { requireJar, useDatastoreEmulator } from "../support/datastore-emulator.js";
 import { documentBackendExtras } from "./document-extras.js";
 
 const emulator = useDatastoreEmulator();
@@ -69,6 +69,14 @@ documentBackendExtras({
 });
 
 describe("datastore specifics", () => {
+  it("a missing emulator jar fails loudly, naming the jar and the override variable", () => {
+    expect(() =>
+      requireJar("Datastore", "/nonexistent/CloudDatastore.jar", "ONCELY_DATASTORE_EMULATOR_JAR"),
+    ).toThrow(
+      /Datastore emulator is missing \(\/nonexistent\/CloudDatastore\.jar is not readable\).*ONCELY_DATASTORE_EMULATOR_JAR.*fails rather than skips/,
+    );
+  });
+
   it("expiresAt is an indexed timestamp property, ready for a TTL policy", async () => {
     const namespace = `t${newToken().slice(0, 8)}`;
     const clock = new ManualClock(Date.now());
