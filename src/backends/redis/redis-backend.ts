@@ -344,8 +344,10 @@ export class RedisBackend implements Backend {
   #plainClaim(key: string, options: ClaimOptions, args: RedisArg[]): Promise<ClaimOutcome> {
     const value = packFresh(this.#fresh, options.token, options.fingerprint);
     const lease = this.#lease;
-    return this.#driver.plainClaim(this.#key(key), value, this.#claimPx).then(
-      ({ now, previous }): ClaimOutcome | Promise<ClaimOutcome> => {
+    const reading = this.#driver.tickTime(); // first: its TIME must precede the SET
+    return this.#driver.setNxGet(this.#key(key), value, this.#claimPx).then(
+      (previous): ClaimOutcome | Promise<ClaimOutcome> => {
+        const now = reading.ms;
         if (Number.isNaN(now)) return this.#scriptClaim(key, options, args);
         if (previous === null || previous === undefined) {
           const claim = {

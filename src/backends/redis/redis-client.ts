@@ -66,21 +66,21 @@ export interface Driver {
     buffers: boolean,
   ): Promise<unknown[]>;
   subscriber(name: string, events: SubscriberEvents): Promise<Subscriber>;
-  /** Whether `plainClaim` may be used: standalone servers only (see there). */
+  /** Whether `tickTime` and `setNxGet` may be used: standalone servers only (see `tickTime`). */
   readonly plain: boolean;
   /**
-   * `SET key value NX PX px GET`, preceded on the same connection by one `TIME` per tick that every
-   * plain claim of the tick shares. Resolves the previous value (null when this SET took the key) and
-   * the server time read before the SET (NaN when that reading failed or came late). On a Cluster
-   * `TIME` cannot be routed to the key's node, so there `plain` is false.
+   * The server time of this tick: the first call of a tick sends one `TIME`, and every later command
+   * of the tick goes after it on the same connection, so the reading (whole milliseconds, NaN until
+   * the reply is in or when it failed) is never later than any of them. On a Cluster `TIME` cannot be
+   * routed to a key's node, so there `plain` is false.
    */
-  plainClaim(key: string, value: RedisArg, px: string): Promise<PlainClaimReply>;
+  tickTime(): TimeReading;
+  /** `SET key value NX PX px GET`: resolves the previous value, null when this SET took the key. */
+  setNxGet(key: string, value: RedisArg, px: string): Promise<unknown>;
 }
 
-export interface PlainClaimReply {
-  /** Server milliseconds read before the SET ran (never after it), or NaN. */
-  readonly now: number;
-  readonly previous: unknown;
+export interface TimeReading {
+  readonly ms: number;
 }
 
 /** `TIME` as the scripts read it: whole milliseconds of the server clock. */
@@ -104,7 +104,7 @@ class TickClock {
 
   constructor(readonly read: () => Promise<unknown>) {}
 
-  current(): { ms: number } {
+  current(): TimeReading {
     let reading = this.#reading;
     if (reading === undefined) {
       const fresh = { ms: Number.NaN };
@@ -204,12 +204,14 @@ class IoredisDriver implements Driver {
     process.nextTick(this.#uncork);
   }
 
-  plainClaim(key: string, value: RedisArg, px: string): Promise<PlainClaimReply> {
+  tickTime(): TimeReading {
     this.#cork();
-    const reading = this.#clock.current();
-    return (this.#client.setBuffer(key, value, "PX", px, "NX", "GET") as Promise<unknown>).then(
-      (previous) => ({ now: reading.ms, previous }),
-    );
+    return this.#clock.current();
+  }
+
+  setNxGet(key: string, value: RedisArg, px: string): Promise<unknown> {
+    this.#cork();
+    return this.#client.setBuffer(key, value, "PX", px, "NX", "GET");
   }
 
   run(
@@ -294,14 +296,12 @@ class NodeRedisDriver implements Driver {
   }
 
   /** node-redis writes a tick's commands together, in order, by itself. */
-  plainClaim(key: string, value: RedisArg, px: string): Promise<PlainClaimReply> {
-    const reading = this.#clock.current();
-    return (
-      this.#client.sendCommand(
-        ["SET", key, value, "NX", "PX", px, "GET"],
-        NODE_REDIS_BUFFERS,
-      ) as Promise<unknown>
-    ).then((previous) => ({ now: reading.ms, previous }));
+  tickTime(): TimeReading {
+    return this.#clock.current();
+  }
+
+  setNxGet(key: string, value: RedisArg, px: string): Promise<unknown> {
+    return this.#client.sendCommand(["SET", key, value, "NX", "PX", px, "GET"], NODE_REDIS_BUFFERS);
   }
 
   #send(key: string, args: RedisArg[], buffers: boolean): Promise<unknown> {
