@@ -1,4 +1,3 @@
-import { Transform, type TransformCallback } from "node:stream";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { RequestBody } from "../../http/fingerprint.js";
 import { BYPASS_HEADER, type CapturedResponse, type HttpDecision, HttpGuard } from "../../http/http-guard.js";
@@ -12,49 +11,47 @@ export type FastifyIdempotencyOptions = HttpIdempotencyOptions<FastifyRequest>;
 /** What one guarded request carries from hook to hook. */
 interface Pending {
   readonly key: string;
-  body?: BodyTee | undefined;
+  body?: BodyRecorder | undefined;
   tooLarge?: boolean;
   /** Set once the handler runs under the guard: resolves the capture, awaits the decision. */
   settle?: ((captured: CapturedResponse) => void) | undefined;
   decision?: Promise<HttpDecision> | undefined;
-  streamed?: boolean;
 }
 
 /**
- * Records the body bytes Fastify's parser reads (up to a limit) while passing them through, so the
- * fingerprint is computed from the raw bytes whatever parser runs.
+ * Records the body bytes Fastify's parser reads (up to a limit) by listening to the same stream, so
+ * the fingerprint is computed from the raw bytes whatever parser runs.
  */
-class BodyTee extends Transform {
+class BodyRecorder {
   readonly #maxBytes: number;
   readonly #chunks: Buffer[] = [];
   #size = 0;
   #overflow = false;
-  /** Mirrors the source's count, which Fastify compares with `Content-Length`. */
-  receivedEncodedLength = 0;
 
   constructor(maxBytes: number) {
-    super();
     this.#maxBytes = maxBytes;
   }
 
-  override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
-    this.receivedEncodedLength += chunk.length;
-    if (!this.#overflow) {
-      this.#size += chunk.length;
-      if (this.#size > this.#maxBytes) {
-        this.#overflow = true;
-        this.#chunks.length = 0;
-      } else {
-        this.#chunks.push(chunk);
-      }
+  readonly record = (chunk: Buffer | string): void => {
+    if (this.#overflow) return;
+    const bytes = typeof chunk === "string" ? Buffer.from(chunk) : chunk;
+    this.#size += bytes.length;
+    if (this.#size > this.#maxBytes) {
+      this.#overflow = true;
+      this.#chunks.length = 0;
+    } else {
+      this.#chunks.push(bytes);
     }
-    callback(null, chunk);
-  }
+  };
 
   body(): RequestBody | "too_large" {
     if (this.#overflow) return "too_large";
     if (this.#size === 0) return { kind: "none" };
-    return { kind: "bytes", bytes: Buffer.concat(this.#chunks, this.#size) };
+    return {
+      kind: "bytes",
+      bytes:
+        this.#chunks.length === 1 ? (this.#chunks[0] as Buffer) : Buffer.concat(this.#chunks, this.#size),
+    };
   }
 }
 
@@ -95,26 +92,26 @@ export async function idempotency(
   const guard = new HttpGuard<FastifyRequest>(options, "idempotency (fastify)");
   const pending = new WeakMap<FastifyRequest, Pending>();
 
-  fastify.addHook("onRequest", async (request, reply) => {
+  // One hook reads the header and records the body. Callback style on purpose: the parser attaches
+  // its own `data` listener in the same tick, so both listeners see every chunk.
+  fastify.addHook("preParsing", (request, reply, payload, done) => {
     const admission = guard.admit(request.method, request.headers["idempotency-key"]);
-    if (admission.kind === "pass") return;
-    if (admission.kind === "answer") return sendStored(reply, admission.response);
-    pending.set(request, { key: admission.key });
-    return;
-  });
-
-  fastify.addHook("preParsing", async (request, _reply, payload) => {
-    const state = pending.get(request);
-    if (state === undefined) return payload;
-    const declared = request.headers["content-length"];
-    if (declared !== undefined && guard.requestTooLarge(Number(declared))) {
-      state.tooLarge = true;
-      return payload;
+    if (admission.kind === "answer") {
+      sendStored(reply, admission.response);
+      return;
     }
-    const tee = new BodyTee(guard.maxRequestBytes);
-    payload.on("error", (error) => tee.destroy(error));
-    state.body = tee;
-    return payload.pipe(tee);
+    if (admission.kind === "guard") {
+      const state: Pending = { key: admission.key };
+      pending.set(request, state);
+      const declared = request.headers["content-length"];
+      if (declared !== undefined && guard.requestTooLarge(Number(declared))) {
+        state.tooLarge = true;
+      } else {
+        state.body = new BodyRecorder(guard.maxRequestBytes);
+        payload.on("data", state.body.record);
+      }
+    }
+    done(null, payload);
   });
 
   fastify.addHook("preHandler", async (request, reply) => {
@@ -165,12 +162,14 @@ export async function idempotency(
   fastify.addHook("onSend", async (request, reply, payload) => {
     const state = pending.get(request);
     if (state?.settle === undefined || state.decision === undefined) return payload;
+    pending.delete(request);
     const settle = state.settle;
-    state.settle = undefined;
     if (isStream(payload)) {
+      // Sent as it is produced: the key stays claimed until the stream has gone out, then is released.
       reply.header(BYPASS_HEADER, "streamed");
-      state.streamed = true;
-      state.settle = settle;
+      reply.raw.once("close", () =>
+        settle({ kind: "passed_through", reason: "streamed", status: reply.statusCode }),
+      );
       return payload;
     }
     const body =
@@ -196,13 +195,12 @@ export async function idempotency(
     return payload;
   });
 
-  fastify.addHook("onResponse", async (request, reply) => {
+  // A request whose handler ran but never reached onSend (the connection closed first) releases.
+  fastify.addHook("onRequestAbort", async (request) => {
     const state = pending.get(request);
     if (state === undefined) return;
     pending.delete(request);
-    // A streamed body has been sent, or the request ended without a payload reaching onSend.
-    state.settle?.({ kind: "passed_through", reason: "streamed", status: reply.statusCode });
-    await state.decision;
+    state.settle?.({ kind: "passed_through", reason: "streamed", status: 499 });
   });
 }
 
