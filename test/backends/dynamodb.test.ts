@@ -278,6 +278,34 @@ describe("dynamodb backend: beyond the contract", () => {
     }
   });
 
+  it("countExpired and purgeExpired (with onBatch) see only this namespace's expired records", async () => {
+    const clock = new ManualClock();
+    const mine = make({ clock });
+    const other = make({ clock });
+    const expired = [`k-${randomUUID()}`, `k-${randomUUID()}`];
+    for (const k of expired) {
+      assert.equal(
+        await mine.backend.complete(won(await mine.backend.claim(k, options())), { ttlMs: 50 }),
+        true,
+      );
+    }
+    const theirs = `k-${randomUUID()}`;
+    assert.equal(
+      await other.backend.complete(won(await other.backend.claim(theirs, options())), { ttlMs: 50 }),
+      true,
+    );
+    await clock.advance(100);
+    const live = `k-${randomUUID()}`;
+    won(await mine.backend.claim(live, options()));
+    assert.equal(await mine.backend.countExpired(), 2);
+    const batches: Array<[number, number]> = [];
+    assert.equal(await mine.backend.purgeExpired({ onBatch: (d, total) => batches.push([d, total]) }), 2);
+    assert.deepEqual(batches.at(-1)?.[1], 2);
+    assert.equal(await mine.backend.countExpired(), 0);
+    assert.equal((await mine.backend.get(live))?.state, "claimed");
+    assert.equal(await other.backend.countExpired(), 1, "another namespace's records are left alone");
+  });
+
   it("refuses bad table and attribute names, clients and margins with ConfigurationError", () => {
     const { client } = make();
     const bad: Array<Record<string, unknown>> = [

@@ -10,6 +10,7 @@ import type {
   ClaimOptions,
   ClaimOutcome,
   CompleteOptions,
+  PurgeOptions,
   StoredRecord,
 } from "../../core/types.js";
 import { fitResult, resultLimit, warnDropped } from "../document/result-limit.js";
@@ -550,28 +551,25 @@ export class DynamoDBBackend implements Backend {
     return out?.Attributes !== undefined;
   }
 
-  /**
-   * Deletes this namespace's expired records (a `Scan` of the table, then one `DeleteItem` per
-   * expired item, conditioned on it still being expired); returns how many. DynamoDB TTL does this by
-   * itself when enabled on `expiresAt`; this is for endpoints without TTL (dynalite, DynamoDB Local)
-   * and for `oncely purge`. Correctness never depends on it.
-   */
-  async purgeExpired(): Promise<number> {
+  /** Scans this namespace's expired items page by page (keys only), judged at each page's start. */
+  async #scanExpired(
+    operation: string,
+    page: (keys: ItemLike[], judged: { N: string }) => Promise<void>,
+  ): Promise<void> {
     const commands = await loadCommands(this.#commands);
     const Scan = commands.ScanCommand;
     if (Scan === undefined) {
-      throw new ConfigurationError("options.commands needs ScanCommand for purgeExpired()", {
+      throw new ConfigurationError(`options.commands needs ScanCommand for ${operation}()`, {
         backend: this.name,
       });
     }
     const a = this.attributes;
     const prefix = storedKey(this.#namespace, "");
-    let purged = 0;
     let start: ItemLike | undefined;
     do {
       const judged = n(this.#now() - this.#skew);
-      const page = (await this.#send(
-        "purgeExpired",
+      const out = (await this.#send(
+        operation,
         undefined,
         () =>
           new Scan({
@@ -583,8 +581,25 @@ export class DynamoDBBackend implements Backend {
             ...(start === undefined ? {} : { ExclusiveStartKey: start }),
           }),
       )) as { Items?: ItemLike[]; LastEvaluatedKey?: ItemLike } | undefined;
-      for (const item of page?.Items ?? []) {
-        const deleted = await this.#write(
+      await page(out?.Items ?? [], judged);
+      start = out?.LastEvaluatedKey;
+    } while (start !== undefined);
+  }
+
+  /**
+   * Deletes this namespace's expired records (a `Scan` of the table, then one `DeleteItem` per
+   * expired item, conditioned on it still being expired); returns how many, reporting each scanned
+   * page to `onBatch`. DynamoDB TTL does this by itself when enabled on `expiresAt`; this is for
+   * endpoints without TTL (dynalite, DynamoDB Local) and for `oncely purge`. Correctness never
+   * depends on it.
+   */
+  async purgeExpired(options: PurgeOptions = {}): Promise<number> {
+    const a = this.attributes;
+    let purged = 0;
+    await this.#scanExpired("purgeExpired", async (keys, judged) => {
+      let deleted = 0;
+      for (const item of keys) {
+        const outcome = await this.#write(
           "purgeExpired",
           String(str(item[a.key])),
           (c) =>
@@ -597,11 +612,27 @@ export class DynamoDBBackend implements Backend {
             }),
           false,
         );
-        if (deleted.ok) purged++;
+        if (outcome.ok) deleted++;
       }
-      start = page?.LastEvaluatedKey;
-    } while (start !== undefined);
+      purged += deleted;
+      if (deleted > 0) {
+        try {
+          options.onBatch?.(deleted, purged);
+        } catch {
+          // a progress callback that throws changes nothing about the purge
+        }
+      }
+    });
     return purged;
+  }
+
+  /** Counts this namespace's records `purgeExpired` would delete now (one `Scan`, keys only). */
+  async countExpired(): Promise<number> {
+    let count = 0;
+    await this.#scanExpired("countExpired", async (keys) => {
+      count += keys.length;
+    });
+    return count;
   }
 
   /** Leaves the client open: it is the caller's. */
