@@ -208,6 +208,14 @@ export class SqliteBackend implements Backend {
     }).immediate();
   }
 
+  /**
+   * Creates the table, its purge index and the schema-version row when missing (the backend also
+   * does it on first use: SQLite is embedded). Idempotent; refuses a table a newer oncely migrated.
+   */
+  async migrate(): Promise<void> {
+    await this.#ready();
+  }
+
   #statementsFor(): Statements {
     const table = `"${this.#table}"`;
     const q = sqliteDialect.quote;
