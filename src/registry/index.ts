@@ -35,8 +35,10 @@
  *    ```
  *
  * 2. Import it below and add it to `ENTRIES` (one line each; keep the list sorted as it is).
- * 3. Add a subject for it in `test/support/subjects.ts` (that file says how); `test/registry/` then
- *    checks its unknown-driver and unreachable-store errors, and the crash storm can run on it.
+ * 3. Add a subject for it in `test/support/subjects.ts` (that file says how): the registry test then
+ *    opens it (isolated namespaces, declared capabilities), and the Pub/Sub scenarios and the crash
+ *    storm run on it. Add its own unreachable-store case to `test/registry/` (a StorageError within
+ *    `connectTimeoutMs`), as the Redis entry has.
  *
  * Drivers are optional peers: nothing here may import a driver or a backend module statically.
  */

@@ -330,7 +330,7 @@ describe("demo report", () => {
     expect(row(text, "keys recorded done by oncely")).toBe("2/2");
     expect(row(text, "contention nacks (503)")).toBe("1");
     expect(row(text, "crash recoveries (SIGKILL, restarted)")).toBe("1/1");
-    expect(row(text, "claims orphaned by a kill, all healed within a lease")).toBe("1/1");
+    expect(row(text, "claims orphaned by a kill, later completed")).toBe("1/1");
     expect(row(text, "dead-lettered (must be 0)")).toBe("0");
     expect(row(text, "max deliveryAttempt")).toBe("3 of 50");
     expect(row(text, "wall time")).toBe("1.2 s");
