@@ -104,7 +104,8 @@ export class Heartbeat extends Scheduled {
     const host = this.#host;
     const claim = this.#claim;
     const sentAt = host.clock.now();
-    bounded(host, "renew", claim.key, () => host.backend.renew(claim, host.leaseMs)).then(
+    const deadline = Math.min(host.storeTimeoutMs, Math.max(1, Math.floor(host.leaseMs / 3)));
+    bounded(host, "renew", claim.key, () => host.backend.renew(claim, host.leaseMs), deadline).then(
       (renewed) => {
         if (this.#stopped) return;
         if (!renewed) {

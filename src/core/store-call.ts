@@ -18,8 +18,13 @@ export interface StoreCallHost {
   readonly retries: number;
 }
 
-function timeoutError(host: StoreCallHost, operation: string, key: string): StorageError {
-  return new StorageError(`${operation} did not answer within ${host.storeTimeoutMs} ms (storeTimeoutMs)`, {
+function timeoutError(
+  host: StoreCallHost,
+  operation: string,
+  key: string,
+  ms = host.storeTimeoutMs,
+): StorageError {
+  return new StorageError(`${operation} did not answer within ${ms} ms (storeTimeoutMs)`, {
     backend: host.backend.name,
     operation,
     key,
@@ -32,25 +37,27 @@ class InFlight<T> extends Scheduled {
   readonly #operation: string;
   readonly #key: string;
   readonly #timer: ReturnType<Clock["setTimeout"]> | undefined;
+  readonly #ms: number;
   resolve!: (value: T) => void;
   reject!: (error: unknown) => void;
   settled = false;
 
-  constructor(host: StoreCallHost, operation: string, key: string, ms: number) {
+  constructor(host: StoreCallHost, operation: string, key: string, ms: number, shared: boolean) {
     super();
     this.#host = host;
     this.#operation = operation;
     this.#key = key;
+    this.#ms = ms;
     // First attempts share one timer queue per deadline length (the hot path); a retry's shorter
     // remaining budget gets a timer of its own.
-    if (ms === host.storeTimeoutMs) schedule(host.clock, ms, this);
+    if (shared) schedule(host.clock, ms, this);
     else this.#timer = host.clock.setTimeout(() => this.run(), ms);
   }
 
   override run(): void {
     if (this.settled) return;
     this.settled = true;
-    this.reject(timeoutError(this.#host, this.#operation, this.#key));
+    this.reject(timeoutError(this.#host, this.#operation, this.#key, this.#ms));
   }
 
   done(): boolean {
@@ -62,15 +69,20 @@ class InFlight<T> extends Scheduled {
   }
 }
 
-/** One attempt of a store call, bounded by `ms`; the driver's own failure passes through as is. */
+/**
+ * One attempt of a store call, bounded by `ms`; the driver's own failure passes through as is.
+ * @param shared `ms` is a fixed deadline of the configuration (the hot path: calls share one timer
+ *   queue per length); false for one-off lengths such as a retry's remaining budget
+ */
 export function bounded<T>(
   host: StoreCallHost,
   operation: string,
   key: string,
   call: () => Promise<T>,
   ms = host.storeTimeoutMs,
+  shared = true,
 ): Promise<T> {
-  const flight = new InFlight<T>(host, operation, key, ms);
+  const flight = new InFlight<T>(host, operation, key, ms, shared);
   const promise = new Promise<T>((resolve, reject) => {
     flight.resolve = resolve;
     flight.reject = reject;
@@ -128,7 +140,7 @@ async function retry<T>(
     const remaining = host.storeTimeoutMs - (host.clock.now() - start);
     if (remaining <= 0) throw timeoutError(host, operation, key);
     try {
-      return await bounded(host, operation, key, call, remaining);
+      return await bounded(host, operation, key, call, remaining, false);
     } catch (next) {
       cause = next;
     }

@@ -77,13 +77,15 @@ export interface GuardOptions {
    * Deadline of one store operation, its retries included (milliseconds). A call that has not
    * answered by then counts as failed: a claim fails with `StorageError` before any work runs, a
    * complete after the work resolves as not committed (`complete_failed`), a renewal is retried
-   * until the heartbeat's abort deadline. At most `leaseMs / 3`, so that a renewal that never
-   * answers is given up in time for the next one. @default min(5_000, leaseMs / 3)
+   * until the heartbeat's abort deadline. At most `leaseMs / 2`, so that a claim's answer arrives
+   * while its lease still stands; each renewal attempt is bounded by `min(storeTimeoutMs,
+   * leaseMs / 3)`, so that one that never answers is given up in time for the next.
+   * @default min(5_000, leaseMs / 2)
    */
   readonly storeTimeoutMs?: number | undefined;
 }
 
-/** @default 5 seconds (and never more than a third of the lease) */
+/** @default 5 seconds (and never more than half the lease) */
 export const DEFAULT_STORE_TIMEOUT_MS = 5_000;
 
 export interface DuplicateInfo<T> {
@@ -189,10 +191,10 @@ function resolve(key: unknown, options: GuardOptions): Resolved {
     throw new ConfigurationError(`storageRetries must be a non-negative integer, got ${retries}`, { key });
   }
   const storeTimeoutMs =
-    options.storeTimeoutMs ?? Math.min(DEFAULT_STORE_TIMEOUT_MS, Math.floor(leaseMs / 3));
-  if (!Number.isSafeInteger(storeTimeoutMs) || storeTimeoutMs < 1 || storeTimeoutMs > leaseMs / 3) {
+    options.storeTimeoutMs ?? Math.min(DEFAULT_STORE_TIMEOUT_MS, Math.floor(leaseMs / 2));
+  if (!Number.isSafeInteger(storeTimeoutMs) || storeTimeoutMs < 1 || storeTimeoutMs > leaseMs / 2) {
     throw new ConfigurationError(
-      `storeTimeoutMs must be an integer from 1 to leaseMs / 3 (${Math.floor(leaseMs / 3)}), got ${storeTimeoutMs}`,
+      `storeTimeoutMs must be an integer from 1 to leaseMs / 2 (${Math.floor(leaseMs / 2)}), got ${storeTimeoutMs}`,
       { key },
     );
   }
