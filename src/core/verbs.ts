@@ -549,15 +549,36 @@ async function lockCall<T>(
   const { claim } = outcome;
   if (trace !== undefined) trace.fence = claim.fence;
   announceWin(r, outcome);
+  // The heartbeat runs until the key is completed or released, not only while work runs: a slow
+  // complete keeps its lease, so a concurrent duplicate meets a live holder instead of reclaiming.
+  const heartbeat = new Heartbeat(r, claim, acquired.sentAt, r.heartbeat);
+  try {
+    return await finishLock(r, key, claim, heartbeat, work, options, codec);
+  } finally {
+    heartbeat.stop();
+  }
+}
+
+async function finishLock<T>(
+  r: Resolved,
+  key: string,
+  claim: Claim,
+  heartbeat: Heartbeat,
+  work: Work<T>,
+  options: LockOptions<T>,
+  codec: ResultCodec<T> | false,
+): Promise<LockOutcome<T>> {
   let value: T;
   try {
-    value = await runUnderClaim(r, claim, acquired.sentAt, work);
+    value = await work(new ClaimContext(claim, heartbeat));
   } catch (error) {
+    heartbeat.stop();
     await releaseQuietly(r, claim);
     throw error;
   }
 
   if (options.shouldCommit !== undefined && !decidesToCommit(r, options.shouldCommit, value)) {
+    heartbeat.stop();
     await releaseQuietly(r, claim);
     return { kind: "ran", value, fence: claim.fence, committed: false, reason: "declined" };
   }
