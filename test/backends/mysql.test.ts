@@ -11,6 +11,7 @@ import { MysqlBackend } from "../../src/backends/mysql/index.js";
 import { newToken } from "../../src/core/verbs.js";
 import { type Claim, ConfigurationError } from "../../src/index.js";
 import { backendContract } from "../../src/testing/index.js";
+import { sqlServerCases } from "../fixtures/sql-cases.js";
 
 const url = process.env.ONCELY_MYSQL_URL ?? "mysql://root@127.0.0.1:3306/test";
 const database = `oncely_t_${randomUUID().replaceAll("-", "").slice(0, 12)}`;
@@ -49,8 +50,14 @@ backendContract(
   },
 );
 
+sqlServerCases({
+  name: "mysql",
+  make: (options = {}) => make(options),
+  setVersion: (table, version) =>
+    pool.query("UPDATE oncely_schema SET version = ? WHERE table_name = ?", [version, table]),
+});
+
 const claimOptions = (leaseMs = 5_000, ttlMs = 60_000) => ({ leaseMs, ttlMs, token: newToken() });
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 type Won = { kind: "won"; claim: Claim };
 
 describe("mysql backend: beyond the contract", () => {
@@ -62,13 +69,6 @@ describe("mysql backend: beyond the contract", () => {
       batchClaim: false,
       multiProcess: true,
     });
-  });
-
-  it("keys compare byte for byte: case, trailing spaces and normalisation forms are distinct keys", async () => {
-    const backend = make();
-    const keys = ["order-a", "order-A", "order-a ", "caf\u00e9", "cafe\u0301", "k\u{1F600}"];
-    for (const k of keys) assert.equal((await backend.claim(k, claimOptions())).kind, "won", k);
-    for (const k of keys) assert.equal((await backend.get(k))?.key, k);
   });
 
   it("times are the database's, whatever the session time zone and the process clock", async () => {
@@ -97,54 +97,10 @@ describe("mysql backend: beyond the contract", () => {
     }
   });
 
-  it("a missing table is refused with the fix; migrate() sets it up; autoMigrate does it on first use", async () => {
-    const table = `t_${randomUUID().replaceAll("-", "").slice(0, 10)}`;
-    const backend = make({ table });
-    await assert.rejects(backend.claim("k", claimOptions()), (error: Error) => {
-      assert.ok(error instanceof ConfigurationError);
-      assert.match(error.message, /^\[oncely\] \[mysql\] table t_\w+ is not set up .*migrate\(\)/);
-      return true;
-    });
-    await backend.migrate();
-    await backend.migrate();
-    assert.equal((await backend.claim("k", claimOptions())).kind, "won");
-    const auto = make({ table: `a_${table}`, autoMigrate: true });
-    assert.equal((await auto.claim("k", claimOptions())).kind, "won");
-  });
-
-  it("an old schema version names migrate(); a newer one says to upgrade oncely", async () => {
-    const table = `v_${randomUUID().replaceAll("-", "").slice(0, 10)}`;
-    await make({ table }).migrate();
-    const setVersion = (v: number) =>
-      pool.query("UPDATE oncely_schema SET version = ? WHERE table_name = ?", [v, table]);
-    await setVersion(0);
-    await assert.rejects(
-      make({ table }).get("k"),
-      /schema version 0, this oncely needs 1: run `await backend\.migrate\(\)`/,
-    );
-    await setVersion(99);
-    await assert.rejects(make({ table }).migrate(), /upgrade oncely/);
-    await setVersion(1);
-    assert.equal(await make({ table }).get("k"), undefined);
-  });
-
   it("table names are validated as identifiers; a pool of another shape is refused", () => {
     for (const table of ["x; DROP TABLE y", "a`b", "1abc", ""])
       assert.throws(() => make({ table }), ConfigurationError);
     assert.throws(() => new MysqlBackend({ pool: {} as never }), ConfigurationError);
-  });
-
-  it("purgeExpired deletes in bounded batches and keeps live records", async () => {
-    const backend = make({ purgeBatchSize: 7 });
-    for (let i = 0; i < 30; i++) {
-      const won = (await backend.claim(`old-${i}`, claimOptions(10, 10))) as Won;
-      assert.equal(await backend.complete(won.claim, { ttlMs: 10 }), true);
-    }
-    await backend.claim("live", claimOptions());
-    await sleep(60);
-    assert.ok((await backend.purgeExpired()) >= 30);
-    assert.equal(await backend.get("old-3"), undefined);
-    assert.equal((await backend.get("live"))?.state, "claimed");
   });
 
   it("a renew in the same millisecond as its claim (nothing changes) still answers true", async () => {

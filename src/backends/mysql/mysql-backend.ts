@@ -22,6 +22,7 @@ import {
 import { bind, type Compiled } from "../sql/dialect.js";
 import { driverCode, sqlStorageError } from "../sql/errors.js";
 import { sqlIdentifier } from "../sql/identifier.js";
+import type { SqlServerOptions } from "../sql/options.js";
 import { purgeBatchSize, purgeInBatches } from "../sql/purge.js";
 import { SCHEMA_TABLE, SCHEMA_VERSION, SchemaGate, schemaProblem, versionOf } from "../sql/schema.js";
 import {
@@ -34,28 +35,12 @@ import {
 } from "./mysql-client.js";
 import { type MysqlStatements, mysqlSchema, mysqlStatements } from "./mysql-statements.js";
 
-export interface MysqlBackendOptions {
+export interface MysqlBackendOptions extends SqlServerOptions {
   /**
    * A mysql2 pool: `mysql2/promise` `createPool()`, or a callback `createPool()` (used through its
    * `.promise()`). One connection per statement; the pool is never ended by the backend.
    */
   readonly pool: MysqlPoolLike | MysqlCallbackPoolLike;
-  /** The records table (validated: letters, digits, `_`, at most 48). @default "oncely_records" */
-  readonly table?: string | undefined;
-  /** Isolates this backend's keys from others sharing the table. @default none */
-  readonly namespace?: string | undefined;
-  /**
-   * Run `migrate()` before the first transition. Off, a missing or old table is a
-   * `ConfigurationError` that says to run `migrate()`. @default false
-   */
-  readonly autoMigrate?: boolean | undefined;
-  /**
-   * Bound of every statement, from asking the pool to the answer. A statement past it fails with
-   * `StorageError` and its connection is destroyed. @default 10_000
-   */
-  readonly queryTimeoutMs?: number | undefined;
-  /** Rows deleted per statement by `purgeExpired()`. @default 1_000 */
-  readonly purgeBatchSize?: number | undefined;
 }
 
 const BACKEND = "mysql";

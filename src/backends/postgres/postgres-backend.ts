@@ -16,6 +16,7 @@ import { type RecordRow, resultParam, rowToObserved, toInteger, wholeMs } from "
 import { bind, type Compiled } from "../sql/dialect.js";
 import { driverCode, sqlStorageError } from "../sql/errors.js";
 import { sqlIdentifier } from "../sql/identifier.js";
+import type { SqlServerOptions } from "../sql/options.js";
 import { purgeBatchSize, purgeInBatches } from "../sql/purge.js";
 import { SCHEMA_TABLE, SCHEMA_VERSION, SchemaGate, schemaProblem, versionOf } from "../sql/schema.js";
 import {
@@ -34,32 +35,16 @@ import {
   statementName,
 } from "./postgres-statements.js";
 
-export interface PostgresBackendOptions {
+export interface PostgresBackendOptions extends SqlServerOptions {
   /**
    * A `pg.Pool` (node-postgres 8). The backend checks out one client per statement and, while
    * waiters exist, keeps one more for LISTEN; it never ends the pool.
    */
   readonly pool: PgPoolLike;
-  /** The records table (validated: letters, digits, `_`, at most 48). @default "oncely_records" */
-  readonly table?: string | undefined;
   /** Schema of the table (and of `oncely_schema`); unset: the connection's `search_path`. */
   readonly schema?: string | undefined;
-  /** Isolates this backend's keys from others sharing the table. @default none */
-  readonly namespace?: string | undefined;
-  /**
-   * Run `migrate()` before the first transition. Off, a missing or old table is a
-   * `ConfigurationError` that says to run `migrate()`. @default false
-   */
-  readonly autoMigrate?: boolean | undefined;
   /** `complete` and `release` NOTIFY, and waits LISTEN; off, waits poll. @default true */
   readonly notifications?: boolean | undefined;
-  /**
-   * Bound of every statement, from asking the pool to the answer. A statement past it fails with
-   * `StorageError` and its connection is destroyed. @default 10_000
-   */
-  readonly queryTimeoutMs?: number | undefined;
-  /** Rows deleted per statement by `purgeExpired()`. @default 1_000 */
-  readonly purgeBatchSize?: number | undefined;
 }
 
 /** How many times a claim reruns after losing a first-insert race (it reports on the rerun). */

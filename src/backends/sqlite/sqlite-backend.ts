@@ -22,12 +22,13 @@ import {
 import { bind, type Compiled, compile, type SqlDialect } from "../sql/dialect.js";
 import { sqlStorageError } from "../sql/errors.js";
 import { sqlIdentifier } from "../sql/identifier.js";
+import type { SqlTableOptions } from "../sql/options.js";
 import { purgeBatchSize, purgeInBatches } from "../sql/purge.js";
 import { SCHEMA_TABLE, SCHEMA_VERSION, schemaProblem, versionOf } from "../sql/schema.js";
 import { type SharedStatements, sharedStatements } from "../sql/statements.js";
 import { checkAppDatabase, type SqliteDatabaseLike, type SqliteStatementLike } from "./sqlite-client.js";
 
-export interface SqliteBackendOptions {
+export interface SqliteBackendOptions extends SqlTableOptions {
   /**
    * A better-sqlite3 `Database`, or a file path that this backend opens (and closes on `close()`).
    * A `Database` passed in keeps its settings: the backend checks what it needs (`journal_mode` not
@@ -36,10 +37,6 @@ export interface SqliteBackendOptions {
    * NORMAL` and `busyTimeoutMs`. Any `defaultSafeIntegers` setting reads back correctly.
    */
   readonly database: SqliteDatabaseLike | string;
-  /** Table holding the records; created on first use. @default "oncely_records" */
-  readonly table?: string | undefined;
-  /** Isolates this backend's keys from others sharing the table. */
-  readonly namespace?: string | undefined;
   /**
    * For a file this backend opens: how long a transition waits for another process's write lock
    * before failing with `StorageError`. better-sqlite3 waits synchronously, so keep it short. A
@@ -48,8 +45,6 @@ export interface SqliteBackendOptions {
   readonly busyTimeoutMs?: number | undefined;
   /** Clock that leases and ttl are judged by (SQLite has no clock of its own worth trusting across hosts). */
   readonly clock?: Clock | undefined;
-  /** Rows deleted per transaction by `purgeExpired()`. @default 1_000 */
-  readonly purgeBatchSize?: number | undefined;
 }
 
 const BACKEND = "sqlite";
