@@ -13,6 +13,12 @@ export interface OpenOptions {
    * @default 3_000
    */
   readonly connectTimeoutMs?: number | undefined;
+  /**
+   * SQL stores: create or upgrade the records table on first use. `oncely migrate` opens with
+   * `false`, so that it can say what it changed. Embedded SQLite always migrates on open.
+   * @default true
+   */
+  readonly migrate?: boolean | undefined;
 }
 
 /** A backend opened from a URL, with what is needed to name it and to let it go. */

@@ -151,12 +151,39 @@ describe("oncely purge and migrate (SQLite)", () => {
     expect(fresh.code).toBe(0);
   });
 
-  it("migrate creates the schema and says so, then finds it current", async () => {
+  it("migrate on SQLite says the schema is current (SQLite migrates when it opens)", async () => {
     const file = join(dir, "migrate.sqlite");
     const first = await oncely(["migrate", "--backend", `sqlite:${file}`]);
-    expect(first.code).toBe(0);
-    const second = await oncely(["migrate", "--backend", `sqlite:${file}`]);
-    expect(second.code).toBe(0);
+    expect([first.code, first.stdout]).toEqual([0, expect.stringMatching(/the schema is current/)]);
+    const inspect = await oncely(["inspect", "k", "--backend", `sqlite:${file}`]);
+    expect(inspect.code).toBe(3);
+  });
+});
+
+describe("oncely migrate (PostgreSQL)", () => {
+  const schema = `oncely_cli_${randomUUID().slice(0, 8)}`;
+  const url = `postgres://postgres@127.0.0.1:5432/test?schema=${schema}`;
+  let pool: import("pg").Pool;
+  beforeAll(async () => {
+    const pg = await import("pg");
+    pool = new pg.default.Pool({ connectionString: "postgres://postgres@127.0.0.1:5432/test", max: 1 });
+    await pool.query(`CREATE SCHEMA "${schema}"`);
+  });
+  afterAll(async () => {
+    await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await pool.end();
+  });
+
+  it("creates the table and says so, then finds it current and changes nothing", async () => {
+    const first = await oncely(["migrate", "--backend", url]);
+    expect([first.code, first.stderr]).toEqual([0, ""]);
+    expect(first.stdout).toMatch(/created or upgraded the records table/);
+    const tables = await pool.query(
+      "SELECT table_name FROM information_schema.tables WHERE table_schema = $1",
+      [schema],
+    );
+    expect(tables.rows.length).toBeGreaterThan(0);
+    const second = await oncely(["migrate", "--backend", url]);
     expect(second.stdout).toMatch(/already current; nothing changed/);
   });
 });

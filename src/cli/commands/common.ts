@@ -19,7 +19,10 @@ export function backendLines(): string {
  * Opens `--backend` (with `--namespace`): an unknown scheme or a malformed URL is a usage error, an
  * unreachable store a `StorageError` within the registry's connect deadline.
  */
-export async function openFromOptions(options: ParsedOptions): Promise<OpenedBackend> {
+export async function openFromOptions(
+  options: ParsedOptions,
+  extra: { readonly migrate?: boolean } = {},
+): Promise<OpenedBackend> {
   const url = requiredOption(options, "backend");
   try {
     checkBackendUrl(url);
@@ -28,7 +31,7 @@ export async function openFromOptions(options: ParsedOptions): Promise<OpenedBac
     throw error;
   }
   const namespace = options.get("namespace");
-  return openBackend(url, { namespace: typeof namespace === "string" ? namespace : undefined });
+  return openBackend(url, { namespace: typeof namespace === "string" ? namespace : undefined, ...extra });
 }
 
 /** Splits `args` into positional arguments and the rest (options and their values). */

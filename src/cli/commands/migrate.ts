@@ -31,11 +31,18 @@ export async function runMigrate(args: readonly string[], out: Output): Promise<
     return 0;
   }
   const options = parseOptions(args, ["backend", "namespace"], []);
-  const opened = await openFromOptions(options);
+  const opened = await openFromOptions(options, { migrate: false });
   try {
     const { backend } = opened;
     if (!migratable(backend)) {
       out.write(`${opened.label} has no schema to migrate (${backend.name} stores records as they come)\n`);
+      return 0;
+    }
+    if (backend.name === "sqlite") {
+      await backend.migrate();
+      out.write(
+        `${opened.label}: SQLite creates or upgrades its schema when it opens; the schema is current\n`,
+      );
       return 0;
     }
     // A read tells a current schema from a missing or old one (the SQL stores refuse to guess).
