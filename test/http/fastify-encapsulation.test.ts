@@ -37,3 +37,36 @@ describe("Fastify plugin encapsulation", () => {
     await app.close();
   });
 });
+
+describe("Fastify: a client that disconnects mid-handler", () => {
+  it("does not release the key: the handler finishes, its response is stored, the retry is a replay", async () => {
+    const app = Fastify();
+    let runs = 0;
+    await app.register(idempotency, { backend: new MemoryBackend(), logger: silentLogger });
+    app.post("/slow", async () => {
+      runs++;
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      return { run: runs };
+    });
+    const base = await app.listen({ port: 0, host: "127.0.0.1" });
+    const key = randomUUID();
+    const post = (signal?: AbortSignal) =>
+      fetch(`${base}/slow`, {
+        method: "POST",
+        headers: { "idempotency-key": key, "content-type": "application/json" },
+        body: "{}",
+        ...(signal === undefined ? {} : { signal }),
+      });
+    const controller = new AbortController();
+    const cut = post(controller.signal).catch(() => "cut");
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    controller.abort();
+    expect(await cut).toBe("cut");
+    const retry = await post();
+    expect(retry.status).toBe(200);
+    expect(retry.headers.get("idempotent-replayed")).toBe("true");
+    expect(await retry.json()).toEqual({ run: 1 });
+    expect(runs).toBe(1);
+    await app.close();
+  });
+});

@@ -195,13 +195,8 @@ export async function idempotency(
     return payload;
   });
 
-  // A request whose handler ran but never reached onSend (the connection closed first) releases.
-  fastify.addHook("onRequestAbort", async (request) => {
-    const state = pending.get(request);
-    if (state === undefined) return;
-    pending.delete(request);
-    state.settle?.({ kind: "passed_through", reason: "streamed", status: 499 });
-  });
+  // No release on `onRequestAbort`: the handler may still be running its side effect, and a release
+  // would let a retry run it a second time. Its reply still passes through `onSend`, which settles.
 }
 
 // Registered without a new encapsulation context (what `fastify-plugin` does): the hooks apply to the
