@@ -4,7 +4,8 @@
 // ratios against the bare app measured in the same run; rounds interleave variants and the table
 // shows medians. Options: --seconds N (per measurement, default 4), --rounds N (default 2),
 // --connections N (default 10), --only express,fastify,hono,fetch.
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
@@ -50,11 +51,32 @@ function load(url, mode, duration) {
   });
 }
 
+// Server CPU time (user + system, Linux /proc) around a measurement: a figure that a loaded machine
+// disturbs far less than requests per second.
+const ticksPerSecond = (() => {
+  try {
+    return Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
+  } catch {
+    return 100;
+  }
+})();
+function cpuSeconds(pid) {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / ticksPerSecond;
+  } catch {
+    return Number.NaN;
+  }
+}
+
 async function measure(framework, variant, mode) {
   const server = await startServer(framework, variant);
   try {
     await load(server.url, mode, 1); // warm-up, discarded
-    return await load(server.url, mode, seconds);
+    const before = cpuSeconds(server.child.pid);
+    const result = await load(server.url, mode, seconds);
+    const cpu = cpuSeconds(server.child.pid) - before;
+    return { ...result, cpuUs: (cpu * 1e6) / result.total };
   } finally {
     server.child.kill("SIGKILL");
   }
@@ -101,10 +123,13 @@ for (const framework of frameworks) {
   const row = (label, id, target) => {
     const rps = stat(id, "rps");
     const ratio = rps / bareRps;
+    const cpu = stat(id, "cpuUs");
     rows.push([
       framework,
       label,
       Math.round(rps).toLocaleString("en-US"),
+      Number.isFinite(cpu) ? `${Math.round(cpu)} µs` : "n/a",
+      id === bare || !Number.isFinite(cpu) ? "" : (stat(bare, "cpuUs") / cpu).toFixed(2),
       `${stat(id, "p99")} ms`,
       id === bare ? "—" : `${stat(id, "p99") - bareP99 >= 0 ? "+" : ""}${stat(id, "p99") - bareP99} ms`,
       id === bare ? "1.00" : ratio.toFixed(2),
@@ -118,10 +143,13 @@ for (const framework of frameworks) {
     row("express-idempotency 1.0.6, new keys", "express|express-idempotency|new");
     row("express-idempotency 1.0.6, replays", "express|express-idempotency|replay");
     const versus = stat("express|oncely|new", "rps") / stat("express|express-idempotency|new", "rps");
+    const cpuVersus = stat("express|express-idempotency|new", "cpuUs") / stat("express|oncely|new", "cpuUs");
     rows.push([
       "express",
       "oncely / express-idempotency, new keys",
       "",
+      "",
+      Number.isFinite(cpuVersus) ? cpuVersus.toFixed(2) : "",
       "",
       "",
       versus.toFixed(2),
@@ -130,12 +158,22 @@ for (const framework of frameworks) {
   }
 }
 
-const header = ["adapter", "variant", "req/s", "p99", "added p99", "× bare", "target"];
+const header = [
+  "adapter",
+  "variant",
+  "req/s",
+  "server CPU/req",
+  "CPU × bare",
+  "p99",
+  "added p99",
+  "× bare (req/s)",
+  "target",
+];
 const widths = header.map((title, i) => Math.max(title.length, ...rows.map((row) => String(row[i]).length)));
 const line = (cells) => `| ${cells.map((cell, i) => String(cell).padEnd(widths[i])).join(" | ")} |`;
 console.log(line(header));
 console.log(`|${widths.map((width) => "-".repeat(width + 2)).join("|")}|`);
 for (const row of rows) console.log(line(row));
 console.log(
-  `\n${seconds} s per measurement after a 1 s warm-up, ${connections} connections, median of ${rounds} round(s); node ${process.version}, memory backend.`,
+  `\n${seconds} s per measurement after a 1 s warm-up, ${connections} connections, median of ${rounds} round(s); node ${process.version}, memory backend. "CPU × bare" is the bare app's server CPU per request divided by this row's (the throughput ratio a CPU-bound server would see).`,
 );
