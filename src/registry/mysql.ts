@@ -8,6 +8,7 @@ import { connectTimeout, loadDriver, parseUrl, reachWithin, redactUrl } from "./
 import type { RegistryEntry } from "./types.js";
 
 interface MysqlPromisePool {
+  query(sql: string): Promise<unknown>;
   end(): Promise<void>;
 }
 interface Mysql2Promise {
@@ -50,6 +51,8 @@ export const mysql: RegistryEntry = {
   check: (url) => void parseMysqlUrl(url),
   async open(url, options) {
     const parsed = parseMysqlUrl(url);
+    // `oncely migrate` opens without migrating (to say what it changed): the probe then only connects
+    const migrate = options.migrate ?? true;
     const timeoutMs = connectTimeout("mysql", options.connectTimeoutMs);
     const driver = await loadDriver(
       "mysql",
@@ -66,10 +69,10 @@ export const mysql: RegistryEntry = {
         pool: pool as never,
         namespace: options.namespace,
         table: parsed.table,
-        autoMigrate: true,
+        autoMigrate: migrate,
       });
       await reachWithin("mysql", `connect to ${redactUrl(url)}`, timeoutMs, () =>
-        backend.get("oncely-registry-probe"),
+        migrate ? backend.get("oncely-registry-probe") : pool.query("SELECT 1"),
       );
     } catch (error) {
       await pool.end().catch(() => {});

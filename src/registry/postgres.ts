@@ -9,6 +9,7 @@ import { connectTimeout, loadDriver, parseUrl, reachWithin, redactUrl } from "./
 import type { RegistryEntry } from "./types.js";
 
 interface PgPool {
+  query(text: string): Promise<unknown>;
   end(): Promise<void>;
   on(event: "error", listener: (error: Error) => void): unknown;
 }
@@ -44,6 +45,8 @@ export const postgres: RegistryEntry = {
   check: (url) => void parsePostgresUrl(url),
   async open(url, options) {
     const parsed = parsePostgresUrl(url);
+    // `oncely migrate` opens without migrating (to say what it changed): the probe then only connects
+    const migrate = options.migrate ?? true;
     const timeoutMs = connectTimeout("postgres", options.connectTimeoutMs);
     const pg = await loadDriver(
       "postgres",
@@ -66,10 +69,10 @@ export const postgres: RegistryEntry = {
         namespace: options.namespace,
         schema: parsed.schema,
         table: parsed.table,
-        autoMigrate: true,
+        autoMigrate: migrate,
       });
       await reachWithin("postgres", `connect to ${redactUrl(url)}`, timeoutMs, () =>
-        backend.get("oncely-registry-probe"),
+        migrate ? backend.get("oncely-registry-probe") : pool.query("SELECT 1"),
       );
     } catch (error) {
       await pool.end().catch(() => {});

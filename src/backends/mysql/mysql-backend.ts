@@ -8,6 +8,7 @@ import type {
   ClaimOptions,
   ClaimOutcome,
   CompleteOptions,
+  PurgeOptions,
   StoredRecord,
 } from "../../core/types.js";
 import { bounded, type ConnectionSource, queryTimeoutMs } from "../sql/bounded.js";
@@ -313,12 +314,24 @@ export class MysqlBackend implements Backend {
   }
 
   /** Deletes expired records of the whole table (every namespace), `purgeBatchSize` rows per statement. */
-  purgeExpired(): Promise<number> {
+  purgeExpired(options?: PurgeOptions): Promise<number> {
     const sql = this.#statements.purge(this.#purgeBatch);
-    return purgeInBatches(async () => {
-      const header = await this.#execute("purgeExpired", undefined, sql, []);
-      return (header as { affectedRows?: number }).affectedRows ?? 0;
-    }, this.#purgeBatch);
+    return purgeInBatches(
+      async () => {
+        const header = await this.#execute("purgeExpired", undefined, sql, []);
+        return (header as { affectedRows?: number }).affectedRows ?? 0;
+      },
+      this.#purgeBatch,
+      options,
+    );
+  }
+
+  /** How many records of the whole table are expired now (what `purgeExpired()` would delete). */
+  async countExpired(): Promise<number> {
+    const rows = (await this.#run("countExpired", undefined, this.#statements.countExpired, {})) as Array<{
+      n?: unknown;
+    }>;
+    return Number(rows[0]?.n ?? 0);
   }
 
   /** Nothing to close: the pool is the caller's. */

@@ -9,6 +9,7 @@ import type {
   ClaimOutcome,
   ClaimVia,
   CompleteOptions,
+  PurgeOptions,
   StoredRecord,
 } from "../../core/types.js";
 import { type ConnectionSource, queryTimeoutMs } from "../sql/bounded.js";
@@ -369,12 +370,19 @@ export class PostgresBackend implements Backend {
   }
 
   /** Deletes expired records of the whole table (every namespace), `purgeBatchSize` rows per statement. */
-  purgeExpired(): Promise<number> {
+  purgeExpired(options?: PurgeOptions): Promise<number> {
     return purgeInBatches(
       async (limit) =>
         (await this.#run("purgeExpired", undefined, this.#statements.purge, { limit })).rowCount ?? 0,
       this.#purgeBatch,
+      options,
     );
+  }
+
+  /** How many records of the whole table are expired now (what `purgeExpired()` would delete). */
+  async countExpired(): Promise<number> {
+    const { rows } = await this.#run("countExpired", undefined, this.#statements.countExpired, {});
+    return Number(rows[0]?.n ?? 0);
   }
 
   /**

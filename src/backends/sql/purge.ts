@@ -4,6 +4,7 @@
  * transaction, and claims interleave with it.
  */
 import { ConfigurationError } from "../../core/errors.js";
+import type { PurgeOptions } from "../../core/types.js";
 
 /** @default 1_000 */
 export const DEFAULT_PURGE_BATCH = 1_000;
@@ -20,15 +21,22 @@ export function purgeBatchSize(backend: string, value: number | undefined): numb
 /**
  * Calls `deleteBatch(limit)` until a batch deletes fewer than `limit` rows; returns the total. A
  * batch must delete only rows that are expired when it runs (re-checked on the row it deletes).
+ * `options.onBatch` hears of every batch; a throw there is ignored.
  */
 export async function purgeInBatches(
   deleteBatch: (limit: number) => Promise<number>,
   limit: number,
+  options: PurgeOptions = {},
 ): Promise<number> {
   let total = 0;
   for (;;) {
     const deleted = await deleteBatch(limit);
     total += deleted;
+    try {
+      options.onBatch?.(deleted, total);
+    } catch {
+      // progress reporting observes; it never stops a purge
+    }
     if (deleted < limit) return total;
   }
 }

@@ -22,6 +22,8 @@ export interface SharedStatements<Now extends string = never> {
   readonly release: Compiled<Now | "namespace" | "key" | "fence" | "ttl">;
   readonly renew: Compiled<Now | "namespace" | "key" | "fence" | "lease" | "ttl">;
   readonly remove: Compiled<"namespace" | "key">;
+  /** `n`: expired records of the whole table (what `purgeExpired()` would delete now). */
+  readonly countExpired: Compiled<Now>;
 }
 
 /** The statements' sources, with `:name` markers, for a dialect that wraps one (PostgreSQL's NOTIFY). */
@@ -41,6 +43,7 @@ export function sharedStatements<Now extends string = never>(
     release: compile<Of<"release">>(dialect, sources.release),
     renew: compile<Of<"renew">>(dialect, sources.renew),
     remove: compile<Of<"remove">>(dialect, sources.remove),
+    countExpired: compile<Of<"countExpired">>(dialect, sources.countExpired),
   };
 }
 
@@ -71,5 +74,6 @@ export function sharedSources(dialect: SqlDialect, table: string): SharedSources
     renew: `UPDATE ${table} SET lease_until = ${now} + :lease, expires_at = ${now} + :lease + :ttl
        WHERE ${row} AND fence = :fence AND state = 'claimed'`,
     remove: `DELETE FROM ${table} WHERE ${row}`,
+    countExpired: `SELECT count(*) AS n FROM ${table} WHERE expires_at <= ${now}`,
   };
 }

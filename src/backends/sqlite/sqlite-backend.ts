@@ -9,6 +9,7 @@ import type {
   ClaimOptions,
   ClaimOutcome,
   CompleteOptions,
+  PurgeOptions,
   StoredRecord,
 } from "../../core/types.js";
 import {
@@ -340,11 +341,26 @@ export class SqliteBackend implements Backend {
   }
 
   /** Deletes every expired record in the table (all namespaces), `purgeBatchSize` rows per transaction. */
-  purgeExpired(): Promise<number> {
+  purgeExpired(options?: PurgeOptions): Promise<number> {
     return purgeInBatches(
       (limit) => this.#changes("purgeExpired", undefined, (s) => s.purge, { now: this.#clock.now(), limit }),
       this.#purgeBatch,
+      options,
     );
+  }
+
+  /** How many records of the whole table are expired now (what `purgeExpired()` would delete). */
+  async countExpired(): Promise<number> {
+    const p = await this.#ready();
+    const s = p.statements.countExpired;
+    try {
+      const row = this.#statement(p, s).get(...bind(s, { now: this.#clock.now() })) as
+        | { n?: unknown }
+        | undefined;
+      return Number(row?.n ?? 0);
+    } catch (cause) {
+      throw sqlStorageError(BACKEND, "countExpired", undefined, cause);
+    }
   }
 
   /** Closes the database when this backend opened it from a path; a database passed in is left open. */
