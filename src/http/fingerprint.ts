@@ -11,6 +11,10 @@
  * The body may come as raw bytes or as a value a framework already parsed (Express after
  * `express.json()`); both give the same fingerprint. Nothing here throws.
  */
+import { canonicalJson } from "../core/canonical-json.js";
+
+export { canonicalJson };
+
 import { lengthPrefixedHash } from "./hash.js";
 
 /** Bumped whenever a canonical form changes, so old records are never compared with new hashes. */
@@ -36,7 +40,6 @@ export interface FingerprintInput {
 const encoder = new TextEncoder();
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
 const UNRESERVED = /^[A-Za-z0-9\-._~]$/;
-const MAX_DEPTH = 256;
 
 /** `v1:` and the base64url SHA-256 of the canonical request. */
 export function fingerprint(input: FingerprintInput): string {
@@ -126,39 +129,6 @@ function toBytes(value: string | Uint8Array): Uint8Array {
 
 function text(bytes: Uint8Array): string {
   return utf8.decode(bytes);
-}
-
-/**
- * JSON with object keys sorted (by UTF-16 code units) at every depth. Values JSON cannot hold are
- * dropped or nulled exactly as `JSON.stringify` would; `toJSON` is honoured.
- */
-export function canonicalJson(value: unknown, depth = 0): string {
-  if (depth > MAX_DEPTH) throw new RangeError("nested too deeply to canonicalise");
-  if (
-    value !== null &&
-    typeof value === "object" &&
-    typeof (value as { toJSON?: unknown }).toJSON === "function"
-  ) {
-    return canonicalJson((value as { toJSON: () => unknown }).toJSON(), depth + 1);
-  }
-  if (Array.isArray(value)) {
-    const items = value.map((item) => {
-      const encoded = canonicalJson(item, depth + 1);
-      return encoded === undefined ? "null" : encoded;
-    });
-    return `[${items.join(",")}]`;
-  }
-  if (value !== null && typeof value === "object") {
-    const members: string[] = [];
-    for (const key of Object.keys(value).sort()) {
-      const member = (value as Record<string, unknown>)[key];
-      if (member === undefined || typeof member === "function" || typeof member === "symbol") continue;
-      members.push(`${JSON.stringify(key)}:${canonicalJson(member, depth + 1)}`);
-    }
-    return `{${members.join(",")}}`;
-  }
-  const encoded = JSON.stringify(value);
-  return encoded === undefined ? "null" : encoded;
 }
 
 function formPairs(body: string): Array<[string, string]> {
