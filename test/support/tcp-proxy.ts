@@ -19,7 +19,7 @@
  * is exactly the fault such tests want. New connections made while `silent` are accepted and
  * silent too.
  */
-import { createServer, type Server, type Socket, connect } from "node:net";
+import { connect, createServer, type Server, type Socket } from "node:net";
 
 export type ProxyMode = "forward" | "silent" | "drop-replies";
 
