@@ -19,6 +19,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { Guard, type SurfaceSpec } from "../src/core/guard.js";
 import { setTelemetry } from "../src/core/telemetry.js";
 import { InProgressError, lock, MemoryBackend, mutex, silentLogger } from "../src/index.js";
+import { idempotentMessage } from "../src/pubsub/index.js";
 import { enableOpenTelemetry, loadOpenTelemetry } from "../src/telemetry/index.js";
 
 const spans = new InMemorySpanExporter();
@@ -149,6 +150,24 @@ describe("OpenTelemetry", () => {
     }
     const waited = lockSpans.find((s) => s.attributes["oncely.decision"] === "duplicate");
     expect(waited?.attributes["oncely.wait_ms"]).toBeGreaterThan(20);
+  });
+
+  it("Pub/Sub pull: an oncely.pubsub span with the messaging semantic-convention attributes", async () => {
+    enableOpenTelemetry(api);
+    const listen = idempotentMessage(async () => 1, {
+      backend: new MemoryBackend(),
+      subscription: "projects/p/subscriptions/orders",
+    });
+    await listen({ id: "m-42", data: Buffer.from("{}"), deliveryAttempt: 2, ack() {}, nack() {} });
+    expect(attributes("oncely.pubsub")[0]).toMatchObject({
+      "messaging.system": "gcp_pubsub",
+      "messaging.operation.type": "process",
+      "messaging.message.id": "m-42",
+      "messaging.destination.subscription.name": "projects/p/subscriptions/orders",
+      "messaging.gcp_pubsub.message.delivery_attempt": 2,
+      "oncely.decision": "ran",
+      "oncely.surface": "pubsub",
+    });
   });
 
   it("a binding that throws costs its spans, never the guarded call", async () => {

@@ -14,6 +14,7 @@
  *    record is committed, never fire-and-forget.
  * 3. The adapter sends what the `HttpDecision` says: the captured response, a replay, a problem.
  */
+import "../telemetry/index.js";
 import type { ReplayedResult, ResultCodec } from "../core/codec.js";
 import { ConfigurationError } from "../core/errors.js";
 import { callHook, EventType, hashKey } from "../core/events.js";
@@ -101,6 +102,7 @@ const surface: SurfaceSpec<HttpSubject> = {
   fields: (subject) => ({ method: subject.method, path: subject.path }),
   label: (subject) => `${subject.method} ${subject.path}`,
   retry: "the client may retry",
+  attributes: (subject) => ({ "http.request.method": subject.method, "url.path": subject.path }),
 };
 
 /** The options resolved once per middleware, and the core guard it translates. */

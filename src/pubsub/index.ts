@@ -3,7 +3,6 @@
  * signature variant (`idempotentCloudEvent`) and pull subscribers (`idempotentMessage`). Imports no
  * Google library: requests, CloudEvents and pull messages are typed structurally.
  */
-import "../telemetry/index.js";
 
 export {
   type CloudEventHandler,

@@ -91,6 +91,16 @@ const surface: SurfaceSpec<NatsMessage> = {
   }),
   label: (message) => `message ${message.stream}#${message.sequence} (delivery ${message.attempt})`,
   retry: "nak so JetStream redelivers",
+  attributes: (message) => ({
+    "messaging.system": "nats",
+    "messaging.operation.type": "process",
+    "messaging.message.id": message.msgId,
+    "messaging.destination.name": message.subject,
+    "messaging.consumer.group.name": message.consumer,
+    "messaging.nats.stream": message.stream,
+    "messaging.nats.stream.sequence": message.sequence,
+    "messaging.nats.delivery_attempt": message.attempt,
+  }),
 };
 
 /**

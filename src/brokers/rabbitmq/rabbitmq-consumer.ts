@@ -82,6 +82,13 @@ const surface: SurfaceSpec<RabbitMessage> = {
   noKey: () =>
     "the message has no messageId property to key on; set one when publishing, or pass a key function",
   retry: "requeue so RabbitMQ redelivers",
+  attributes: (message) => ({
+    "messaging.system": "rabbitmq",
+    "messaging.operation.type": "process",
+    "messaging.message.id": message.messageId,
+    "messaging.destination.name": message.queue,
+    "messaging.rabbitmq.message.delivery_attempt": message.attempt,
+  }),
 };
 
 /** Deliveries counted by RabbitMQ itself: `x-delivery-count` (quorum) or this queue's `x-death` rejections. */
