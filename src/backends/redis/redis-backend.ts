@@ -306,13 +306,14 @@ export class RedisBackend implements Backend {
   }
 
   #claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
-    let args: RedisArg[];
     try {
-      args = this.#claimArgs(options);
+      this.#durations(options.leaseMs, options.ttlMs);
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.#plain ? this.#plainClaim(key, options, args) : this.#scriptClaim(key, options, args);
+    return this.#plain
+      ? this.#plainClaim(key, options)
+      : this.#scriptClaim(key, options, this.#claimArgs(options));
   }
 
   #scriptClaim(key: string, options: ClaimOptions, args: RedisArg[]): Promise<ClaimOutcome> {
@@ -341,14 +342,14 @@ export class RedisBackend implements Backend {
    * holder, no time reading — goes to the claim script, which decides again from scratch; the token
    * makes that retry safe even when this SET took the key.
    */
-  #plainClaim(key: string, options: ClaimOptions, args: RedisArg[]): Promise<ClaimOutcome> {
+  #plainClaim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
     const value = packFresh(this.#fresh, options.token, options.fingerprint);
     const lease = this.#lease;
     const reading = this.#driver.tickTime(); // first: its TIME must precede the SET
     return this.#driver.setNxGet(this.#key(key), value, this.#claimPx).then(
       (previous): ClaimOutcome | Promise<ClaimOutcome> => {
         const now = reading.ms;
-        if (Number.isNaN(now)) return this.#scriptClaim(key, options, args);
+        if (Number.isNaN(now)) return this.#scriptClaim(key, options, this.#claimArgs(options));
         if (previous === null || previous === undefined) {
           const claim = {
             key,
@@ -362,14 +363,16 @@ export class RedisBackend implements Backend {
         }
         const raw = Buffer.isBuffer(previous) ? previous : Buffer.from(String(previous), "latin1");
         const plan = planClaim(decodeRecord(unpackRecord(key, raw)), key, now, options);
-        return plan.write === undefined ? plan.outcome : this.#scriptClaim(key, options, args);
+        return plan.write === undefined
+          ? plan.outcome
+          : this.#scriptClaim(key, options, this.#claimArgs(options));
       },
       (cause: unknown) => {
         const message = cause instanceof Error ? cause.message : "";
         if (message.startsWith("ERR syntax error"))
           this.#plain = false; // Redis < 7: no SET … NX … GET
         else if (!message.startsWith("WRONGTYPE")) throw storageError(this.name, "claim", key, cause);
-        return this.#scriptClaim(key, options, args);
+        return this.#scriptClaim(key, options, this.#claimArgs(options));
       },
     );
   }
