@@ -9,8 +9,9 @@
  * else the credentials' project), `collection` (default `oncely_records`).
  */
 
+import { storageError } from "../core/errors.js";
 import { GOOGLE_CONNECT_TIMEOUT_MS, parseGoogleUrl } from "./datastore.js";
-import { connectTimeout, loadDriver, reachWithin, redactUrl } from "./support.js";
+import { connectTimeout, loadDriver, reachWithin, redactUrl, settleWithin, tcpReachable } from "./support.js";
 import type { RegistryEntry } from "./types.js";
 
 export const firestore: RegistryEntry = {
@@ -31,6 +32,12 @@ export const firestore: RegistryEntry = {
       () => import("@google-cloud/firestore"),
     );
     const { FirestoreBackend } = await import("../backends/firestore/index.js");
+    const emulatorHost = parsed.host ?? (parsed.emulator ? process.env.FIRESTORE_EMULATOR_HOST : undefined);
+    if (emulatorHost !== undefined) {
+      await tcpReachable(emulatorHost, timeoutMs).catch((cause: unknown) => {
+        throw storageError("firestore", `connect to ${redactUrl(url)}`, undefined, cause);
+      });
+    }
     // ssl: false is how the client recognises an emulator (it then authenticates as the owner).
     const client = new driver.Firestore({
       ...(parsed.projectId === undefined ? {} : { projectId: parsed.projectId }),
@@ -42,9 +49,19 @@ export const firestore: RegistryEntry = {
         collection: parsed.container,
         namespace: options.namespace,
       });
-      await reachWithin("firestore", `connect to ${redactUrl(url)}`, timeoutMs, () =>
-        backend.get("oncely-registry-probe"),
-      );
+      let probe: Promise<unknown> | undefined;
+      try {
+        await reachWithin("firestore", `connect to ${redactUrl(url)}`, timeoutMs, () => {
+          probe = backend.get("oncely-registry-probe");
+          return probe;
+        });
+      } catch (error) {
+        // The client retries a request it could not send; terminating it mid-retry makes the
+        // library reject a promise nobody holds (`void pool.run(…)` once terminated). Let the probe
+        // settle first, for a bounded time.
+        await settleWithin(probe, 3_000);
+        throw error;
+      }
       const where = parsed.host ?? (parsed.emulator ? process.env.FIRESTORE_EMULATOR_HOST : "Google Cloud");
       return {
         backend,

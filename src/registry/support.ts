@@ -1,4 +1,5 @@
 /** Helpers every registry entry shares: lazy driver loading, a bounded connect, URL redaction. */
+import { connect } from "node:net";
 import { ConfigurationError, storageError } from "../core/errors.js";
 
 /** The default of `OpenOptions.connectTimeoutMs`. */
@@ -49,6 +50,49 @@ export async function reachWithin(
   } finally {
     clearTimeout(timer);
   }
+}
+
+/**
+ * Opens and closes one TCP connection to `host:port` within `timeoutMs`: an emulator port nobody
+ * listens on is refused at once, before a client library starts retrying requests at it.
+ */
+export function tcpReachable(hostPort: string, timeoutMs: number): Promise<void> {
+  const at = hostPort.lastIndexOf(":");
+  const host = hostPort.slice(0, at).replace(/^\[|\]$/g, "") || "127.0.0.1";
+  const port = Number(hostPort.slice(at + 1));
+  return new Promise<void>((resolve, reject) => {
+    const socket = connect({ host, port });
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(new Error(`no TCP answer from ${hostPort} within ${timeoutMs} ms`));
+    }, timeoutMs);
+    socket.once("connect", () => {
+      clearTimeout(timer);
+      socket.end();
+      resolve();
+    });
+    socket.once("error", (error) => {
+      clearTimeout(timer);
+      socket.destroy();
+      reject(error);
+    });
+  });
+}
+
+/** Waits for `promise` to settle (either way), for at most `ms`. Never rejects. */
+export async function settleWithin(promise: Promise<unknown> | undefined, ms: number): Promise<void> {
+  if (promise === undefined) return;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([
+    promise.then(
+      () => {},
+      () => {},
+    ),
+    new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, ms);
+    }),
+  ]);
+  clearTimeout(timer);
 }
 
 /** Reads `connectTimeoutMs`, refusing values that cannot bound anything. */
