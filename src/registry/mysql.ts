@@ -4,7 +4,7 @@
  * database itself must exist). Needs mysql2.
  */
 import { ConfigurationError } from "../core/errors.js";
-import { connectTimeout, loadDriver, parseUrl, reachWithin, redactUrl } from "./support.js";
+import { connectTimeout, loadDriver, openOnPool, parseUrl, redactUrl } from "./support.js";
 import type { RegistryEntry } from "./types.js";
 
 interface MysqlPromisePool {
@@ -63,28 +63,20 @@ export const mysql: RegistryEntry = {
     const createPool = (driver.default ?? driver).createPool;
     const { MysqlBackend } = await import("../backends/mysql/index.js");
     const pool = createPool({ ...parsed.config, connectTimeout: timeoutMs });
-    let backend: InstanceType<typeof MysqlBackend>;
-    try {
-      backend = new MysqlBackend({
-        pool: pool as never,
-        namespace: options.namespace,
-        table: parsed.table,
-        autoMigrate: migrate,
-      });
-      await reachWithin("mysql", `connect to ${redactUrl(url)}`, timeoutMs, () =>
-        migrate ? backend.get("oncely-registry-probe") : pool.query("SELECT 1"),
-      );
-    } catch (error) {
-      await pool.end().catch(() => {});
-      throw error;
-    }
-    return {
-      backend,
-      label: `MySQL ${redactUrl(url)}`,
-      close: async () => {
-        await backend.close().catch(() => {});
-        await pool.end().catch(() => {});
-      },
-    };
+    return openOnPool(
+      "mysql",
+      "MySQL",
+      url,
+      timeoutMs,
+      migrate,
+      pool,
+      () =>
+        new MysqlBackend({
+          pool: pool as never,
+          namespace: options.namespace,
+          table: parsed.table,
+          autoMigrate: migrate,
+        }),
+    );
   },
 };

@@ -5,7 +5,7 @@
  * Needs pg.
  */
 import { ConfigurationError } from "../core/errors.js";
-import { connectTimeout, loadDriver, parseUrl, reachWithin, redactUrl } from "./support.js";
+import { connectTimeout, loadDriver, openOnPool, parseUrl, redactUrl } from "./support.js";
 import type { RegistryEntry } from "./types.js";
 
 interface PgPool {
@@ -62,29 +62,21 @@ export const postgres: RegistryEntry = {
       max: 10,
     });
     pool.on("error", () => {}); // an idle client whose server went away: the next statement reports it
-    let backend: InstanceType<typeof PostgresBackend>;
-    try {
-      backend = new PostgresBackend({
-        pool: pool as never,
-        namespace: options.namespace,
-        schema: parsed.schema,
-        table: parsed.table,
-        autoMigrate: migrate,
-      });
-      await reachWithin("postgres", `connect to ${redactUrl(url)}`, timeoutMs, () =>
-        migrate ? backend.get("oncely-registry-probe") : pool.query("SELECT 1"),
-      );
-    } catch (error) {
-      await pool.end().catch(() => {});
-      throw error;
-    }
-    return {
-      backend,
-      label: `PostgreSQL ${redactUrl(url)}`,
-      close: async () => {
-        await backend.close().catch(() => {});
-        await pool.end().catch(() => {});
-      },
-    };
+    return openOnPool(
+      "postgres",
+      "PostgreSQL",
+      url,
+      timeoutMs,
+      migrate,
+      pool,
+      () =>
+        new PostgresBackend({
+          pool: pool as never,
+          namespace: options.namespace,
+          schema: parsed.schema,
+          table: parsed.table,
+          autoMigrate: migrate,
+        }),
+    );
   },
 };

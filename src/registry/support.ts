@@ -1,6 +1,8 @@
 /** Helpers every registry entry shares: lazy driver loading, a bounded connect, URL redaction. */
 import { connect } from "node:net";
 import { ConfigurationError, storageError } from "../core/errors.js";
+import type { Backend } from "../core/types.js";
+import type { OpenedBackend } from "./types.js";
 
 /** The default of `OpenOptions.connectTimeoutMs`. */
 export const DEFAULT_CONNECT_TIMEOUT_MS = 3_000;
@@ -122,4 +124,46 @@ export function parseUrl(backend: string, raw: string, example: string): URL {
   } catch {
     throw new ConfigurationError(`${JSON.stringify(raw)} is not a URL; expected ${example}`, { backend });
   }
+}
+
+/** A SQL driver's pool, as far as opening a backend on it needs. */
+export interface PoolLike {
+  query(sql: string): Promise<unknown>;
+  end(): Promise<unknown>;
+}
+
+/**
+ * Builds a SQL backend on a pool the entry created, proves the store answers within `timeoutMs`
+ * (with `migrate`, the first read creates or upgrades the table; without, a bare `SELECT 1`), and
+ * ends the pool when that fails or when the opened backend is closed.
+ */
+export async function openOnPool(
+  name: string,
+  label: string,
+  url: string,
+  timeoutMs: number,
+  migrate: boolean,
+  pool: PoolLike,
+  make: () => Backend,
+): Promise<OpenedBackend> {
+  let backend: Backend;
+  try {
+    backend = make();
+    const opened = backend;
+    await reachWithin(name, `connect to ${redactUrl(url)}`, timeoutMs, () =>
+      migrate ? opened.get("oncely-registry-probe") : pool.query("SELECT 1"),
+    );
+  } catch (error) {
+    await pool.end().catch(() => {});
+    throw error;
+  }
+  const opened = backend;
+  return {
+    backend: opened,
+    label: `${label} ${redactUrl(url)}`,
+    close: async () => {
+      await opened.close?.().catch(() => {});
+      await pool.end().catch(() => {});
+    },
+  };
 }
