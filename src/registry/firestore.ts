@@ -32,12 +32,6 @@ export const firestore: RegistryEntry = {
       () => import("@google-cloud/firestore"),
     );
     const { FirestoreBackend } = await import("../backends/firestore/index.js");
-    const emulatorHost = parsed.host ?? (parsed.emulator ? process.env.FIRESTORE_EMULATOR_HOST : undefined);
-    if (emulatorHost !== undefined) {
-      await tcpReachable(emulatorHost, timeoutMs).catch((cause: unknown) => {
-        throw storageError("firestore", `connect to ${redactUrl(url)}`, undefined, cause);
-      });
-    }
     // ssl: false is how the client recognises an emulator (it then authenticates as the owner).
     const client = new driver.Firestore({
       ...(parsed.projectId === undefined ? {} : { projectId: parsed.projectId }),
@@ -49,6 +43,14 @@ export const firestore: RegistryEntry = {
         collection: parsed.container,
         namespace: options.namespace,
       });
+      // Names are checked (above) before anything is sent; then one TCP connect refuses a dead
+      // emulator port at once, before the client starts retrying requests at it.
+      const emulatorHost = parsed.host ?? (parsed.emulator ? process.env.FIRESTORE_EMULATOR_HOST : undefined);
+      if (emulatorHost !== undefined) {
+        await tcpReachable(emulatorHost, timeoutMs).catch((cause: unknown) => {
+          throw storageError("firestore", `connect to ${redactUrl(url)}`, undefined, cause);
+        });
+      }
       let probe: Promise<unknown> | undefined;
       try {
         await reachWithin("firestore", `connect to ${redactUrl(url)}`, timeoutMs, () => {
