@@ -48,7 +48,8 @@ export const jsonCodec: ResultCodec<unknown> = {
     if (text === undefined) throw new TypeError(`${describeValue(value)} has no JSON form`);
     const refusal = jsonRefusal(value, false);
     if (refusal !== undefined) throw new TypeError(refusal);
-    return encoder.encode(text);
+    // Buffer.from draws short strings from Node's pool: cheaper than TextEncoder on the hot path.
+    return Buffer.from(text, "utf8");
   },
   decode(bytes) {
     return JSON.parse(decoder.decode(bytes));
@@ -223,7 +224,8 @@ export interface PackedResult {
 const MAX_DETAIL = 300;
 
 function withTag(tag: number, body: Uint8Array): Uint8Array {
-  const out = new Uint8Array(body.length + 1);
+  // From Node's pool for small results; stores copy what they keep, so sharing a slab is safe.
+  const out = Buffer.allocUnsafe(body.length + 1);
   out[0] = tag;
   out.set(body, 1);
   return out;

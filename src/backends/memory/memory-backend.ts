@@ -45,7 +45,7 @@ class WrittenRecord implements StoredRecord {
     this.leaseUntil = r.leaseUntil;
     this.expiresAt = r.expiresAt;
     this.fingerprint = r.fingerprint;
-    this.result = r.result?.slice();
+    this.result = r.result === undefined ? undefined : copyBytes(r.result);
     this.claimedAt = r.claimedAt;
     this.completedAt = r.completedAt;
   }
@@ -160,7 +160,9 @@ export class MemoryBackend implements Backend {
 
   async get(key: string): Promise<StoredRecord | undefined> {
     const record = visible(this.#read(this.#prefix + key), this.#clock.now());
-    return record === undefined ? undefined : { ...record, result: record.result?.slice() };
+    return record === undefined
+      ? undefined
+      : { ...record, result: record.result === undefined ? undefined : copyBytes(record.result) };
   }
 
   async delete(key: string): Promise<boolean> {
@@ -240,6 +242,11 @@ export class MemoryBackend implements Backend {
 
 function copyOutcome(outcome: ClaimOutcome): ClaimOutcome {
   return outcome.kind === "done" && outcome.result !== undefined
-    ? { ...outcome, result: outcome.result.slice() }
+    ? { ...outcome, result: copyBytes(outcome.result) }
     : outcome;
+}
+
+/** A real copy (a Buffer's own `slice` is a view): what the map keeps never aliases a caller's bytes. */
+function copyBytes(bytes: Uint8Array): Uint8Array {
+  return Uint8Array.prototype.slice.call(bytes);
 }
