@@ -17,6 +17,21 @@ async function baseline(keys) {
   }
 }
 
+/** The memory backend's own claim + complete, no verb around them: what any guard on it pays. */
+async function backendOnly(keys) {
+  const backend = new MemoryBackend({ maxSize: keys.length * 2 });
+  const result = Uint8Array.of(1, 49);
+  for (const key of keys) {
+    const outcome = await backend.claim(key, {
+      leaseMs: 60_000,
+      ttlMs: 86_400_000,
+      token: "0123456789abcdef0123456789abcdef",
+    });
+    await work();
+    await backend.complete(outcome.claim, { ttlMs: 86_400_000, result });
+  }
+}
+
 async function oncely(keys, options) {
   const backend = new MemoryBackend({ maxSize: keys.length * 2 });
   for (const key of keys) await lock(key, work, { backend, logger: silentLogger, ...options });
@@ -32,12 +47,18 @@ const rows = {
   "bare Map claim/complete": [],
   "oncely lock() (heartbeat on)": [],
   "oncely lock() (heartbeat off)": [],
+  "oncely lock() (heartbeat on, codec: false)": [],
+  "memory backend claim + complete alone (no verb)": [],
 };
 for (let round = 0; round < ROUNDS; round++) {
   const keys = Array.from({ length: N }, (_, i) => `r${round}-k${i}`);
   rows["bare Map claim/complete"].push(N / (await time(baseline, keys)));
   rows["oncely lock() (heartbeat on)"].push(N / (await time((k) => oncely(k, {}), keys)));
   rows["oncely lock() (heartbeat off)"].push(N / (await time((k) => oncely(k, { heartbeat: false }), keys)));
+  rows["oncely lock() (heartbeat on, codec: false)"].push(
+    N / (await time((k) => oncely(k, { codec: false }), keys)),
+  );
+  rows["memory backend claim + complete alone (no verb)"].push(N / (await time(backendOnly, keys)));
 }
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const base = median(rows["bare Map claim/complete"]);
