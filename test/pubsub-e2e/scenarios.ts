@@ -362,7 +362,7 @@ export function crashStormScenario(backend: Subject): void {
       const dir = mkdtempSync(join(tmpdir(), `oncely-storm-${backend.name}-`));
       try {
         const { url, namespace } = await backend.fresh("storm");
-        const { leaseMs } = CRASH_STORM;
+        const leaseMs = backend.stormLeaseMs ?? CRASH_STORM.leaseMs;
         // A fresh seed each run, printed with the figures: a failing run can be replayed with it.
         const seed = Date.now() % 2 ** 31;
         const { report, verdict } = await new Storm({
