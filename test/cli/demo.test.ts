@@ -287,6 +287,7 @@ describe("demo report", () => {
     killRefusals: { restarting: 0, budget: 0 },
     orphanedClaims: 1,
     orphansRecovered: 1,
+    orphansCompletedPostMortem: 0,
     maxStuckMs: 900,
     leaseViolations: [],
     unfinishedRecords: 0,

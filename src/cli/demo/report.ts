@@ -67,7 +67,10 @@ export function tableRows(report: StormReport, verdict: Verdict): [string, strin
     ["crash recoveries (SIGKILL, restarted)", `${report.killsRecovered}/${report.kills}`],
     ["  killed inside the crash window", String(report.crashWindowKills)],
     ["  pushes cut by a kill (502, redelivered)", String(report.crashNacks)],
-    ["  claims orphaned by a kill, later completed", `${report.orphansRecovered}/${report.orphanedClaims}`],
+    [
+      "  claims orphaned by a kill, later completed",
+      `${report.orphansRecovered + report.orphansCompletedPostMortem}/${report.orphanedClaims}`,
+    ],
     ["crash-window re-runs absorbed by the keyed sink", String(verdict.reruns.length)],
     ["dead-lettered (must be 0)", String(report.deadLettered)],
     ["max deliveryAttempt", `${report.maxDeliveryAttempt} of ${report.maxDeliveryAttempts}`],

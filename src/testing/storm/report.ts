@@ -63,6 +63,12 @@ export interface StormReport {
   readonly orphanedClaims: number;
   /** Orphaned claims later taken over (higher fence) and completed. */
   readonly orphansRecovered: number;
+  /**
+   * Orphaned claims whose dead holder's own complete landed after its death (the statement was
+   * already on the server's socket): `done` under the holder's fence. With `orphansRecovered`
+   * they account for every orphaned claim.
+   */
+  readonly orphansCompletedPostMortem: number;
   /** Longest time an orphaned claim's lease outlived its dead holder (at most one lease). */
   readonly maxStuckMs: number;
   /** Orphaned claims whose lease outlived the dead holder by more than one lease (must be empty). */

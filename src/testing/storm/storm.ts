@@ -691,9 +691,15 @@ export class Storm {
       } else unfinishedRecords++;
     }
     let orphansRecovered = 0;
+    let orphansCompletedPostMortem = 0;
     for (const orphan of this.#orphans) {
       const record = await store.backend.get(orphan.guardKey);
-      if (record?.state === RecordState.Done && record.fence > orphan.fence) orphansRecovered++;
+      if (record?.state !== RecordState.Done) continue;
+      if (record.fence > orphan.fence) orphansRecovered++;
+      // A server-side store (PostgreSQL, MySQL) still runs the statement its socket had received
+      // when the holder died: the holder's own fenced complete can land after the inspection saw
+      // the claim. That claim was finished by its holder, not stuck.
+      else if (record.fence === orphan.fence) orphansCompletedPostMortem++;
     }
     const verdict = judge({
       keys: plan.messages.map((m) => m.key),
@@ -755,6 +761,7 @@ export class Storm {
       killRefusals: { ...this.#refusals },
       orphanedClaims: this.#orphans.length,
       orphansRecovered,
+      orphansCompletedPostMortem,
       maxStuckMs: this.#maxStuckMs,
       leaseViolations: [...this.#leaseViolations],
       unfinishedRecords,
