@@ -6,36 +6,40 @@
  */
 import { ConfigurationError } from "../../core/errors.js";
 
-/** The layout this code reads and writes (the columns of `columns.ts`, BIGINT epoch-ms times). */
+/**
+ * The layout this code reads and writes (the columns of `columns.ts`, BIGINT epoch-ms times). A
+ * dialect whose tables carry more (PostgreSQL's claim function and watch column) has its own.
+ */
 export const SCHEMA_VERSION = 1;
 
 /** The table holding each records table's layout version. */
 export const SCHEMA_TABLE = "oncely_schema";
 
 /**
- * The error for a table whose version (`found`, undefined when there is none) is not
- * `SCHEMA_VERSION`, naming the fix; undefined when the version is right.
+ * The error for a table whose version (`found`, undefined when there is none) is not `expected`,
+ * naming the fix; undefined when the version is right.
  */
 export function schemaProblem(
   backend: string,
   table: string,
   found: number | undefined,
+  expected: number = SCHEMA_VERSION,
 ): ConfigurationError | undefined {
-  if (found === SCHEMA_VERSION) return undefined;
+  if (found === expected) return undefined;
   const fix = "run `await backend.migrate()` once (it is idempotent), or pass `autoMigrate: true`";
   if (found === undefined) {
     return new ConfigurationError(`table ${table} is not set up (no schema version recorded): ${fix}`, {
       backend,
     });
   }
-  if (found < SCHEMA_VERSION) {
+  if (found < expected) {
     return new ConfigurationError(
-      `table ${table} has schema version ${found}, this oncely needs ${SCHEMA_VERSION}: ${fix}`,
+      `table ${table} has schema version ${found}, this oncely needs ${expected}: ${fix}`,
       { backend },
     );
   }
   return new ConfigurationError(
-    `table ${table} has schema version ${found}, newer than this oncely's ${SCHEMA_VERSION}: upgrade oncely`,
+    `table ${table} has schema version ${found}, newer than this oncely's ${expected}: upgrade oncely`,
     { backend },
   );
 }
