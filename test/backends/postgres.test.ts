@@ -48,6 +48,7 @@ backendContract(
 
 sqlServerCases({
   name: "postgres",
+  version: 2,
   make: (options = {}) => make(options),
   setVersion: (table, version) =>
     pool.query(`UPDATE "${schema}".oncely_schema SET version = $2 WHERE table_name = $1`, [table, version]),

@@ -1,4 +1,4 @@
-import { ConfigurationError, StorageError } from "../../core/errors.js";
+import { ConfigurationError } from "../../core/errors.js";
 import { validateNamespace } from "../../core/namespace.js";
 import { visible } from "../../core/transitions.js";
 import type {
@@ -19,7 +19,7 @@ import { driverCode, sqlStorageError } from "../sql/errors.js";
 import { sqlIdentifier } from "../sql/identifier.js";
 import type { SqlServerOptions } from "../sql/options.js";
 import { purgeBatchSize, purgeInBatches } from "../sql/purge.js";
-import { SCHEMA_TABLE, SCHEMA_VERSION, SchemaGate, schemaProblem, versionOf } from "../sql/schema.js";
+import { SCHEMA_TABLE, SchemaGate, schemaProblem, versionOf } from "../sql/schema.js";
 import {
   isPgPool,
   type PgClientLike,
@@ -30,6 +30,8 @@ import {
 } from "./postgres-client.js";
 import { channelName, PgNotifications, topicOf } from "./postgres-notifications.js";
 import {
+  claimFunctionName,
+  POSTGRES_SCHEMA_VERSION,
   type PostgresStatements,
   postgresSchema,
   postgresStatements,
@@ -48,10 +50,11 @@ export interface PostgresBackendOptions extends SqlServerOptions {
   readonly notifications?: boolean | undefined;
 }
 
-/** How many times a claim reruns after losing a first-insert race (it reports on the rerun). */
-const CLAIM_ATTEMPTS = 10;
 const BACKEND = "postgres";
+const SCHEMA_VERSION = POSTGRES_SCHEMA_VERSION;
 const VIAS = new Set<string>(["absent", "reaffirmed", "lapsed", "expired", "corrupt"]);
+/** How much longer than its wait a waiter's mark lasts (the two clocks' timers drift a little). */
+const WATCH_SLACK_MS = 1_000;
 
 function int(value: unknown, what: string): number {
   const n = toInteger(value);
@@ -70,13 +73,6 @@ function optionalText(value: unknown): string | undefined {
 
 function optionalBytes(value: unknown): Uint8Array | undefined {
   return value instanceof Uint8Array ? value : undefined;
-}
-
-/** What a waiter compares to tell whether a record changed. */
-function snapshot(record: StoredRecord | undefined): string {
-  return record === undefined
-    ? "absent"
-    : `${record.state}|${record.fence}|${record.token}|${record.leaseUntil}`;
 }
 
 /**
@@ -100,7 +96,10 @@ export class PostgresBackend implements Backend {
   readonly #table: string;
   readonly #schemaTable: string;
   readonly #indexName: string;
+  readonly #claimFunction: string;
   readonly #statements: PostgresStatements;
+  /** Each statement's prepared-statement name, computed once. */
+  readonly #names = new Map<string, string>();
   readonly #timeoutMs: number;
   readonly #purgeBatch: number;
   readonly #autoMigrate: boolean;
@@ -121,7 +120,11 @@ export class PostgresBackend implements Backend {
     this.#table = qualify(this.#tableName);
     this.#schemaTable = qualify(SCHEMA_TABLE);
     this.#indexName = `"${this.#tableName}_expires_at"`;
-    this.#statements = postgresStatements(this.#table);
+    this.#claimFunction = qualify(claimFunctionName(this.#tableName));
+    this.#statements = postgresStatements(this.#table, this.#claimFunction);
+    for (const statement of Object.values(this.#statements) as Compiled[]) {
+      this.#names.set(statement.text, statementName(statement.text));
+    }
     this.#source = pgSource(this.#pool);
     this.#timeoutMs = queryTimeoutMs(BACKEND, options.queryTimeoutMs);
     this.#purgeBatch = purgeBatchSize(BACKEND, options.purgeBatchSize);
@@ -159,13 +162,19 @@ export class PostgresBackend implements Backend {
       try {
         await run(`SET LOCAL statement_timeout = ${this.#timeoutMs * 3}`);
         await run("SELECT pg_advisory_xact_lock(7366354206135549)");
-        for (const ddl of postgresSchema(this.#table, this.#schemaTable, this.#indexName)) await run(ddl);
+        for (const ddl of postgresSchema(
+          this.#table,
+          this.#schemaTable,
+          this.#indexName,
+          this.#claimFunction,
+        ))
+          await run(ddl);
         const found = versionOf(
           (await run(`SELECT version FROM ${this.#schemaTable} WHERE table_name = $1`, [this.#tableName]))
             .rows[0],
         );
         if (found !== undefined && found > SCHEMA_VERSION) {
-          throw schemaProblem(BACKEND, this.#tableName, found);
+          throw schemaProblem(BACKEND, this.#tableName, found, SCHEMA_VERSION);
         }
         await run(
           `INSERT INTO ${this.#schemaTable} (table_name, version) VALUES ($1, $2)
@@ -197,7 +206,7 @@ export class PostgresBackend implements Backend {
     } catch (cause) {
       if (driverCode(cause) !== "42P01") throw sqlStorageError(BACKEND, "schema check", undefined, cause);
     }
-    const problem = schemaProblem(BACKEND, this.#tableName, found);
+    const problem = schemaProblem(BACKEND, this.#tableName, found, SCHEMA_VERSION);
     if (problem !== undefined) throw problem;
   }
 
@@ -211,7 +220,11 @@ export class PostgresBackend implements Backend {
     try {
       return await runBounded(
         this.#source,
-        { name: statementName(statement), text: statement.text, values: bind(statement, values) },
+        {
+          name: this.#names.get(statement.text) ?? statementName(statement.text),
+          text: statement.text,
+          values: bind(statement, values),
+        },
         this.#timeoutMs,
       );
     } catch (cause) {
@@ -222,42 +235,33 @@ export class PostgresBackend implements Backend {
   }
 
   /**
-   * claim (one statement, `planClaim`'s order): wins when the key is absent, corrupt (fence
-   * continued), expired, carries this call's own token (re-affirmed: same fence) or has a lapsed
-   * lease (fence + 1); otherwise reports `done` (with result and fingerprint) or `held` (with the
-   * time left on the database clock), writing nothing.
+   * claim (one statement: the table's claim function, `planClaim`'s order): wins when the key is
+   * absent, corrupt (fence continued), expired, carries this call's own token (re-affirmed: same
+   * fence) or has a lapsed lease (fence + 1); otherwise reports `done` (with result and fingerprint)
+   * or `held` (with the time left on the database clock), writing nothing.
    */
   async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
-    const values = {
+    const { rows } = await this.#run("claim", key, this.#statements.claim, {
       namespace: this.#namespace,
       key,
       token: options.token,
       lease: wholeMs(BACKEND, "leaseMs", options.leaseMs),
       ttl: wholeMs(BACKEND, "ttlMs", options.ttlMs),
       fingerprint: options.fingerprint ?? null,
-    };
-    for (let attempt = 1; attempt <= CLAIM_ATTEMPTS; attempt++) {
-      const { rows } = await this.#run("claim", key, this.#statements.claim, values);
-      const row = rows[0];
-      if (row === undefined) continue; // lost a first-insert race: the rerun reports the winner
-      try {
-        return this.#decodeClaim(key, options, row);
-      } catch (cause) {
-        throw sqlStorageError(BACKEND, "claim", key, cause);
-      }
-    }
-    throw new StorageError(`claim did not settle after ${CLAIM_ATTEMPTS} attempts`, {
-      backend: BACKEND,
-      operation: "claim",
-      key,
     });
+    try {
+      const row = rows[0];
+      if (row === undefined) throw new Error("the claim function returned no row");
+      return this.#decodeClaim(key, options, row);
+    } catch (cause) {
+      throw sqlStorageError(BACKEND, "claim", key, cause);
+    }
   }
 
   #decodeClaim(key: string, options: ClaimOptions, row: Record<string, unknown>): ClaimOutcome {
     const fence = int(row.fence, "fence");
-    if (row.verdict === "won") {
-      const via = String(row.via);
-      if (!VIAS.has(via)) throw new Error(`unexpected claim via ${via}`);
+    const via = String(row.verdict);
+    if (VIAS.has(via)) {
       const claim: Claim = {
         key,
         fence,
@@ -391,7 +395,7 @@ export class PostgresBackend implements Backend {
    */
   waitForChange(key: string, timeoutMs: number, signal?: AbortSignal): Promise<void> {
     if (this.#notifications !== undefined) {
-      return this.#notifications.wait(key, timeoutMs, signal, async () => snapshot(await this.get(key)));
+      return this.#notifications.wait(key, timeoutMs, signal, () => this.#watch(key, timeoutMs));
     }
     return new Promise<void>((resolve) => {
       const done = () => {
@@ -402,6 +406,19 @@ export class PostgresBackend implements Backend {
       timer.unref?.();
       signal?.addEventListener("abort", done, { once: true });
     });
+  }
+
+  /**
+   * Marks `key`'s row watched for the wait (so its `complete` or `release` will NOTIFY) and tells
+   * whether it is still held; no row is not held.
+   */
+  async #watch(key: string, timeoutMs: number): Promise<boolean> {
+    const { rows } = await this.#run("waitForChange", key, this.#statements.watch, {
+      namespace: this.#namespace,
+      key,
+      ms: Math.ceil(Math.max(0, timeoutMs)) + WATCH_SLACK_MS,
+    });
+    return rows[0]?.held === true;
   }
 
   /** Wakes every waiter and closes the listening connection; the pool is the caller's and stays open. */

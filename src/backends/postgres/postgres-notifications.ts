@@ -1,7 +1,8 @@
 /**
  * Waits for PostgreSQL backends: one dedicated connection per backend LISTENs on the backend's
- * channel; `complete` and `release` NOTIFY it (in their own statement, so a notification is sent
- * exactly when the change commits) with a short hash of the key as payload. A waiter resolves on a
+ * channel; a waiter then marks its key's row watched, and `complete` and `release` NOTIFY a watched
+ * row (in their own statement, so a notification is sent exactly when the change commits) with a
+ * short hash of the key as payload. A waiter resolves on a
  * notification for its key, when the listening connection drops (a notification may have been
  * lost), or after its timeout at the latest — the backed-off re-read of the caller is the floor, so
  * a lost notification costs latency, never a hang. A dropped connection is destroyed and the next
@@ -44,15 +45,16 @@ export class PgNotifications {
   }
 
   /**
-   * Resolves on a change to `key`, a dropped listener, `signal`, or after `timeoutMs`. While the
-   * listener is not yet up, a change could be missed: `snapshot` is read before and after it comes
-   * up, and a difference wakes the waiter.
+   * Resolves on a change to `key`, a dropped listener, `signal`, or after `timeoutMs`. Once the
+   * listener is up, `watch` marks the key's row watched (so its change will NOTIFY) and reads it in
+   * the same statement: a row no longer held wakes the waiter at once. A failure of either leaves
+   * the timer as the floor.
    */
   wait(
     key: string,
     timeoutMs: number,
     signal: AbortSignal | undefined,
-    snapshot: () => Promise<string>,
+    watch: () => Promise<boolean>,
   ): Promise<void> {
     const topic = topicOf(key);
     return new Promise<void>((resolve) => {
@@ -77,15 +79,13 @@ export class PgNotifications {
       timer.unref?.();
       signal?.addEventListener("abort", done, { once: true });
       waiters.add(done);
-      if (this.#listening) return;
-      const before = snapshot().catch(() => undefined);
       this.#ensure()
-        .then(async () => {
-          const [then, now] = await Promise.all([before, snapshot()]);
-          if (then !== now && waiters.has(done)) done();
+        .then(watch)
+        .then((held) => {
+          if (!held && waiters.has(done)) done();
         })
         .catch(() => {
-          // no listener: the timer is the polling floor
+          // no listener or no mark: the timer is the polling floor
         });
     });
   }

@@ -22,109 +22,69 @@ export const postgresDialect: SqlDialect = {
 };
 
 /**
- * What planClaim would decide for row `r` at `now` for a claim carrying `token`, in its order of
- * checks: corrupt, expired, done, own token (re-affirm), live lease (held), else lapsed.
+ * The layout of a PostgreSQL records table: version 1 was the shared columns; version 2 adds the
+ * `watched_until` column (waiters mark the row, so `complete` and `release` NOTIFY only when someone
+ * waits) and the table's claim function.
  */
-function verdict(r: string, now: string, token: string): string {
-  return `CASE
-    WHEN NOT COALESCE(${r}.state IN ('claimed', 'done') AND ${r}.fence >= 1, false) THEN 'corrupt'
-    WHEN ${now} >= ${r}.expires_at THEN 'expired'
-    WHEN ${r}.state = 'done' THEN 'done'
-    WHEN ${r}.token <> '' AND ${r}.token = ${token} THEN 'reaffirmed'
-    WHEN ${now} < ${r}.lease_until THEN 'held'
-    ELSE 'lapsed'
-  END`;
+export const POSTGRES_SCHEMA_VERSION = 2;
+
+/** The claim function of a records table: `<table>_claim`, beside the table (table names are ≤ 48). */
+export function claimFunctionName(tableName: string): string {
+  return `${tableName}_claim`;
 }
 
 export type ClaimParams = "namespace" | "key" | "token" | "lease" | "ttl" | "fingerprint";
 
 export interface PostgresStatements extends SharedStatements {
+  /** One row from the claim function: `verdict` is the `via` of a win, or `done` / `held`. */
   readonly claim: Compiled<ClaimParams>;
   readonly completeNotify: Compiled<"namespace" | "key" | "fence" | "result" | "ttl" | "channel" | "topic">;
   readonly releaseNotify: Compiled<"namespace" | "key" | "fence" | "ttl" | "channel" | "topic">;
+  /**
+   * A waiter marks the row watched until now + `ms` (database clock) and reads, in the same
+   * statement, whether it is still held: no row means it is not.
+   */
+  readonly watch: Compiled<"namespace" | "key" | "ms">;
   readonly purge: Compiled<"limit">;
 }
 
-/** A prepared-statement name per statement text: parsed once per connection. */
-export function statementName(statement: Compiled): string {
-  return `oncely_${createHash("sha256").update(statement.text).digest("hex").slice(0, 20)}`;
+/** The prepared-statement name of a statement text: parsed once per connection. */
+export function statementName(text: string): string {
+  return `oncely_${createHash("sha256").update(text).digest("hex").slice(0, 20)}`;
 }
 
-export function postgresStatements(table: string): PostgresStatements {
+export function postgresStatements(table: string, claimFunction: string): PostgresStatements {
   const shared = sharedStatements<never>(postgresDialect, table);
-  const cols = columnList(postgresDialect.quote, RECORD_COLUMNS);
-  const report = `fence, lease_until, expires_at, fingerprint, result, completed_at, claimed_at`;
   const sources = sharedSources(postgresDialect, table);
-  // the NOTIFY is part of the statement: sent when (and only when) the change commits
+  // The NOTIFY is part of the statement, sent when (and only when) the change commits, and only
+  // when a waiter marked the row: NOTIFY serialises the commits that send one (PostgreSQL holds a
+  // global lock from the queue insert to the end of the commit), so an unwatched complete must not.
+  // A waiter marks the row (`watch`) after its LISTEN is up: its mark and this update lock the same
+  // row, so either the mark commits first and this statement sees it, or the mark's own read sees
+  // the change.
   const notifying = <N extends string>(update: string) =>
     compile<N>(
       postgresDialect,
-      `WITH changed AS (${update} RETURNING 1),
-            notified AS (SELECT pg_notify(:channel, :topic) FROM changed)
+      `WITH changed AS (${update} RETURNING watched_until),
+            notified AS (SELECT pg_notify(:channel, :topic) FROM changed WHERE watched_until >= ${NOW_MS})
        SELECT (SELECT count(*) FROM changed)::int AS matched, (SELECT count(*) FROM notified)::int AS sent`,
     );
   return {
     ...shared,
-    // mirrors planClaim, one statement. `seen` is the row in the statement's snapshot: when it is
-    // done or held the statement reports it and writes nothing (no row lock, no WAL: the duplicate
-    // path costs one index read). Otherwise `locked` takes the row lock (FOR UPDATE reads the latest
-    // committed version) and `won` inserts a new record or, on conflict, overwrites the locked one
-    // when — re-judged on that very version — it is corrupt, expired, the caller's own (re-affirm:
-    // same fence, same claimedAt and fingerprint) or lapsed (fence + 1). A row that turns out done or
-    // held under the lock is reported from `locked`. No row at all comes back only when a concurrent
-    // first claim inserted the key after this statement's snapshot; the caller then runs it again.
     claim: compile(
       postgresDialect,
-      `WITH n AS (SELECT ${NOW_MS} AS ms),
-       seen AS (
-         SELECT ${report}, ${verdict("c", "n.ms", ":token")} AS verdict
-         FROM ${table} c, n WHERE c.namespace = :namespace AND c.key = :key
-       ),
-       locked AS (
-         SELECT ${report}, ${verdict("c", "n.ms", ":token")} AS verdict
-         FROM ${table} c, n
-         WHERE c.namespace = :namespace AND c.key = :key
-           AND NOT EXISTS (SELECT 1 FROM seen WHERE verdict IN ('done', 'held'))
-         FOR UPDATE OF c
-       ),
-       won AS (
-         INSERT INTO ${table} AS r (${cols})
-         SELECT :namespace, :key, 'claimed', 1, :token, n.ms + :lease, n.ms + :lease + :ttl, :fingerprint,
-                NULL, n.ms, NULL
-         FROM n
-         WHERE NOT EXISTS (SELECT 1 FROM seen WHERE verdict IN ('done', 'held'))
-           AND NOT EXISTS (SELECT 1 FROM locked WHERE verdict IN ('done', 'held'))
-         ON CONFLICT (namespace, key) DO UPDATE SET
-           state = 'claimed',
-           fence = CASE WHEN ${verdict("r", "EXCLUDED.claimed_at", "EXCLUDED.token")} = 'reaffirmed'
-                        THEN r.fence ELSE GREATEST(r.fence, 0) + 1 END,
-           token = EXCLUDED.token,
-           lease_until = EXCLUDED.lease_until,
-           expires_at = EXCLUDED.expires_at,
-           fingerprint = CASE WHEN ${verdict("r", "EXCLUDED.claimed_at", "EXCLUDED.token")} = 'reaffirmed'
-                              THEN r.fingerprint ELSE EXCLUDED.fingerprint END,
-           result = NULL,
-           claimed_at = CASE WHEN ${verdict("r", "EXCLUDED.claimed_at", "EXCLUDED.token")} = 'reaffirmed'
-                             THEN r.claimed_at ELSE EXCLUDED.claimed_at END,
-           completed_at = NULL
-         WHERE ${verdict("r", "EXCLUDED.claimed_at", "EXCLUDED.token")} NOT IN ('done', 'held')
-         RETURNING r.fence, r.lease_until
-       )
-       SELECT 'won' AS verdict, COALESCE((SELECT verdict FROM locked), 'absent') AS via, w.fence,
-              w.lease_until, NULL::bigint AS expires_at, NULL::text AS fingerprint, NULL::bytea AS result,
-              NULL::bigint AS completed_at, NULL::bigint AS claimed_at, NULL::bigint AS remaining
-       FROM won w
-       UNION ALL
-       SELECT s.verdict, NULL, s.fence, s.lease_until, s.expires_at, s.fingerprint, s.result, s.completed_at,
-              s.claimed_at, s.lease_until - n.ms
-       FROM seen s, n WHERE s.verdict IN ('done', 'held')
-       UNION ALL
-       SELECT l.verdict, NULL, l.fence, l.lease_until, l.expires_at, l.fingerprint, l.result, l.completed_at,
-              l.claimed_at, l.lease_until - n.ms
-       FROM locked l, n WHERE l.verdict IN ('done', 'held')`,
+      `SELECT verdict, fence, lease_until, expires_at, fingerprint, result, completed_at, claimed_at, remaining
+       FROM ${claimFunction}(:namespace, :key, :token, :lease, :ttl, :fingerprint)`,
     ),
     completeNotify: notifying(sources.complete),
     releaseNotify: notifying(sources.release),
+    watch: compile(
+      postgresDialect,
+      `UPDATE ${table} SET watched_until = GREATEST(COALESCE(watched_until, 0), ${NOW_MS} + :ms)
+       WHERE namespace = :namespace AND key = :key
+       RETURNING state = 'claimed' AND fence >= 1 AND ${NOW_MS} < lease_until AND ${NOW_MS} < expires_at
+         AS held`,
+    ),
     // at most `limit` expired rows, skipping rows a claim holds locked; the DELETE re-checks expiry on
     // the version it deletes, so a row reclaimed meanwhile survives
     purge: compile(
@@ -139,8 +99,96 @@ export function postgresStatements(table: string): PostgresStatements {
   };
 }
 
-/** The DDL `migrate()` runs, in order, inside one transaction. */
-export function postgresSchema(table: string, schemaTable: string, indexName: string): string[] {
+/**
+ * What planClaim decides for row `r` at `now_ms` for a claim carrying `p_token`, in its order of
+ * checks: corrupt, expired, done, own token (re-affirm), live lease (held), else lapsed.
+ */
+const VERDICT = `CASE
+      WHEN NOT COALESCE(r.state IN ('claimed', 'done') AND r.fence >= 1, false) THEN 'corrupt'
+      WHEN now_ms >= r.expires_at THEN 'expired'
+      WHEN r.state = 'done' THEN 'done'
+      WHEN r.token <> '' AND r.token = p_token THEN 'reaffirmed'
+      WHEN now_ms < r.lease_until THEN 'held'
+      ELSE 'lapsed'
+    END`;
+
+/**
+ * The claim function: `planClaim` in one statement, on the database clock. It reads the row; a row
+ * that is done or held is reported from that read, with no lock and no write (a duplicate costs one
+ * index read). Otherwise it inserts a new record (absent), or locks the row (FOR UPDATE reads the
+ * latest committed version), judges that version again in planClaim's order and overwrites it when
+ * it is corrupt (fence continued), expired or lapsed (fence + 1) or the caller's own token
+ * (re-affirmed: same fence, claimedAt and fingerprint); a row found done or held under the lock is
+ * reported. A first insert lost to a concurrent one, or a row purged between the read and the lock,
+ * decides again on a fresh snapshot (each statement of the loop takes one).
+ */
+function claimFunction(table: string, name: string): string {
+  return `CREATE OR REPLACE FUNCTION ${name}(
+    p_namespace text, p_key text, p_token text, p_lease bigint, p_ttl bigint, p_fingerprint text,
+    OUT verdict text, OUT fence bigint, OUT lease_until bigint, OUT expires_at bigint, OUT fingerprint text,
+    OUT result bytea, OUT completed_at bigint, OUT claimed_at bigint, OUT remaining bigint)
+  LANGUAGE plpgsql VOLATILE AS $oncely$
+  #variable_conflict use_column
+  DECLARE
+    now_ms bigint := ${NOW_MS};
+    r ${table}%ROWTYPE;
+    v text;
+  BEGIN
+    FOR attempt IN 1..10 LOOP
+      SELECT * INTO r FROM ${table} c WHERE c.namespace = p_namespace AND c.key = p_key;
+      IF NOT FOUND THEN
+        INSERT INTO ${table} AS c (${columnList(postgresDialect.quote, RECORD_COLUMNS)})
+        VALUES (p_namespace, p_key, 'claimed', 1, p_token, now_ms + p_lease, now_ms + p_lease + p_ttl,
+                p_fingerprint, NULL, now_ms, NULL)
+        ON CONFLICT (namespace, key) DO NOTHING;
+        IF FOUND THEN
+          verdict := 'absent'; fence := 1; lease_until := now_ms + p_lease;
+          RETURN;
+        END IF;
+        CONTINUE; -- a concurrent first claim committed it: decide on it
+      END IF;
+      v := ${VERDICT};
+      IF v NOT IN ('done', 'held') THEN
+        SELECT * INTO r FROM ${table} c WHERE c.namespace = p_namespace AND c.key = p_key FOR UPDATE;
+        IF NOT FOUND THEN CONTINUE; END IF; -- purged meanwhile: a first claim again
+        v := ${VERDICT};
+      END IF;
+      IF v IN ('done', 'held') THEN
+        verdict := v; fence := r.fence; lease_until := r.lease_until; expires_at := r.expires_at;
+        fingerprint := r.fingerprint; result := r.result; completed_at := r.completed_at;
+        claimed_at := r.claimed_at; remaining := r.lease_until - now_ms;
+        RETURN;
+      END IF;
+      UPDATE ${table} c SET
+        state = 'claimed',
+        fence = CASE WHEN v = 'reaffirmed' THEN r.fence ELSE GREATEST(r.fence, 0) + 1 END,
+        token = p_token,
+        lease_until = now_ms + p_lease,
+        expires_at = now_ms + p_lease + p_ttl,
+        fingerprint = CASE WHEN v = 'reaffirmed' THEN r.fingerprint ELSE p_fingerprint END,
+        result = NULL,
+        claimed_at = CASE WHEN v = 'reaffirmed' THEN r.claimed_at ELSE now_ms END,
+        completed_at = NULL
+      WHERE c.namespace = p_namespace AND c.key = p_key
+      RETURNING c.fence, c.lease_until INTO fence, lease_until;
+      verdict := v;
+      RETURN;
+    END LOOP;
+    RAISE EXCEPTION 'oncely: claim did not settle after 10 attempts';
+  END
+  $oncely$`;
+}
+
+/**
+ * The DDL `migrate()` runs, in order, inside one transaction; each step is idempotent and upgrades a
+ * version-1 table in place.
+ */
+export function postgresSchema(
+  table: string,
+  schemaTable: string,
+  indexName: string,
+  claimFunctionQualified: string,
+): string[] {
   return [
     `CREATE TABLE IF NOT EXISTS ${table} (
        namespace TEXT COLLATE "C" NOT NULL,
@@ -156,7 +204,9 @@ export function postgresSchema(table: string, schemaTable: string, indexName: st
        completed_at BIGINT,
        PRIMARY KEY (namespace, key)
      )`,
+    `ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS watched_until BIGINT`,
     `CREATE INDEX IF NOT EXISTS ${indexName} ON ${table} (expires_at)`,
+    claimFunction(table, claimFunctionQualified),
     `CREATE TABLE IF NOT EXISTS ${schemaTable} (table_name TEXT PRIMARY KEY, version INTEGER NOT NULL)`,
   ];
 }
