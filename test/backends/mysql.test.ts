@@ -8,6 +8,7 @@ import { randomUUID } from "node:crypto";
 import mysql from "mysql2/promise";
 import { afterAll, beforeAll, describe, it } from "vitest";
 import { MysqlBackend } from "../../src/backends/mysql/index.js";
+import { MYSQL_SCHEMA_VERSION } from "../../src/backends/mysql/mysql-statements.js";
 import { newToken } from "../../src/core/verbs.js";
 import { type Claim, ConfigurationError } from "../../src/index.js";
 import { backendContract } from "../../src/testing/index.js";
@@ -52,6 +53,7 @@ backendContract(
 
 sqlServerCases({
   name: "mysql",
+  version: MYSQL_SCHEMA_VERSION,
   make: (options = {}) => make(options),
   setVersion: (table, version) =>
     pool.query("UPDATE oncely_schema SET version = ? WHERE table_name = ?", [version, table]),

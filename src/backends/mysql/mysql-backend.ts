@@ -1,6 +1,6 @@
-import { ConfigurationError, StorageError } from "../../core/errors.js";
+import { ConfigurationError } from "../../core/errors.js";
 import { validateNamespace } from "../../core/namespace.js";
-import { planClaim, visible } from "../../core/transitions.js";
+import { visible } from "../../core/transitions.js";
 import type {
   Backend,
   BackendCapabilities,
@@ -12,20 +12,14 @@ import type {
   StoredRecord,
 } from "../../core/types.js";
 import { bounded, type ConnectionSource, queryTimeoutMs } from "../sql/bounded.js";
-import {
-  type RecordRow,
-  recordValues,
-  resultParam,
-  rowToObserved,
-  toInteger,
-  wholeMs,
-} from "../sql/columns.js";
+import { claimOutcomeOf } from "../sql/claim-row.js";
+import { type RecordRow, resultParam, rowToObserved, toInteger, wholeMs } from "../sql/columns.js";
 import { bind, type Compiled } from "../sql/dialect.js";
 import { driverCode, sqlStorageError } from "../sql/errors.js";
 import { sqlIdentifier } from "../sql/identifier.js";
 import type { SqlServerOptions } from "../sql/options.js";
 import { purgeBatchSize, purgeInBatches } from "../sql/purge.js";
-import { SCHEMA_TABLE, SCHEMA_VERSION, SchemaGate, schemaProblem, versionOf } from "../sql/schema.js";
+import { SCHEMA_TABLE, SchemaGate, schemaProblem, versionOf } from "../sql/schema.js";
 import {
   type MysqlCallbackPoolLike,
   type MysqlConnectionLike,
@@ -34,7 +28,16 @@ import {
   mysqlSource,
   promisePool,
 } from "./mysql-client.js";
-import { type MysqlStatements, mysqlSchema, mysqlStatements } from "./mysql-statements.js";
+import {
+  type ClaimProcedure,
+  claimProcedure,
+  claimProcedureName,
+  MYSQL_SCHEMA_VERSION,
+  type MysqlStatements,
+  mysqlSchema,
+  mysqlStatements,
+  PROCEDURE_SQL_MODE,
+} from "./mysql-statements.js";
 
 export interface MysqlBackendOptions extends SqlServerOptions {
   /**
@@ -45,8 +48,8 @@ export interface MysqlBackendOptions extends SqlServerOptions {
 }
 
 const BACKEND = "mysql";
-/** How many times a claim re-decides after another writer changed the row under it. */
-const CLAIM_ATTEMPTS = 10;
+/** The driver codes of a missing records table and of a missing claim procedure (`migrate()` fixes both). */
+const MISSING = new Set(["ER_NO_SUCH_TABLE", "ER_SP_DOES_NOT_EXIST"]);
 
 function int(value: unknown, what: string): number {
   const n = toInteger(value);
@@ -60,15 +63,15 @@ function int(value: unknown, what: string): number {
  * (`UTC_TIMESTAMP(6)`): client clock skew can neither expire nor extend a lease. Keys compare byte
  * for byte (VARBINARY).
  *
- * `complete`, `release` and `renew` are one UPDATE each, decided on the row it locks (the shared
- * statements). MySQL has no `RETURNING` for an upsert, so `claim` reads the row with the database's
- * now, decides with `planClaim` (the §2 table itself), and writes the decision as one conditional
- * statement: an INSERT for a new key (a duplicate key means another claim won the race), or an
- * UPDATE that applies only if the row is still exactly the version decided on (compare-and-set).
- * A lost race re-decides on a fresh read, so no decision ever rests on a stale row; a duplicate or
- * a live holder costs one read and writes nothing. No transaction is held across round trips.
+ * Every transition is one round trip. `complete`, `release` and `renew` are one UPDATE each, decided
+ * on the row it locks (the shared statements). MySQL has no `RETURNING` for an upsert, so `claim` is
+ * one `CALL` of the table's claim procedure (`claimProcedure` in `mysql-statements.ts`), which runs
+ * `planClaim`'s checks on the server and answers with one row: a new key costs that call and its
+ * INSERT, a duplicate or a live holder one unlocked read, writing nothing.
  *
- * Waits poll (no notifications). The table is created by `migrate()` (or `autoMigrate: true`).
+ * The pool's connections must allow a procedure to return a result set (`CLIENT_MULTI_RESULTS`,
+ * on in mysql2 by default); `multipleStatements` is not needed. Waits poll (no notifications). The
+ * table and its procedure are created by `migrate()` (or `autoMigrate: true`).
  */
 export class MysqlBackend implements Backend {
   readonly name = BACKEND;
@@ -85,6 +88,8 @@ export class MysqlBackend implements Backend {
   readonly #table: string;
   readonly #schemaTable = `\`${SCHEMA_TABLE}\``;
   readonly #statements: MysqlStatements;
+  readonly #procedure: ClaimProcedure;
+  readonly #procedureName: string;
   readonly #timeoutMs: number;
   readonly #purgeBatch: number;
   readonly #autoMigrate: boolean;
@@ -100,7 +105,9 @@ export class MysqlBackend implements Backend {
     this.#namespace = validateNamespace(BACKEND, options.namespace) ?? "";
     this.#tableName = sqlIdentifier(BACKEND, "table", options.table ?? "oncely_records");
     this.#table = `\`${this.#tableName}\``;
-    this.#statements = mysqlStatements(this.#table);
+    this.#procedureName = claimProcedureName(this.#tableName);
+    this.#statements = mysqlStatements(this.#table, `\`${this.#procedureName}\``);
+    this.#procedure = claimProcedure(this.#table, `\`${this.#procedureName}\``);
     this.#source = mysqlSource(pool);
     this.#timeoutMs = queryTimeoutMs(BACKEND, options.queryTimeoutMs);
     this.#purgeBatch = purgeBatchSize(BACKEND, options.purgeBatchSize);
@@ -109,8 +116,11 @@ export class MysqlBackend implements Backend {
   }
 
   /**
-   * Creates the table (with its purge index) and the schema-version row when missing; idempotent,
-   * serialised across processes by `GET_LOCK`. Refuses a table that a newer oncely migrated.
+   * Creates the table (with its purge index), its claim procedure and the schema-version row when
+   * missing, and upgrades a version-1 table (the table alone) by adding the procedure; idempotent,
+   * serialised across processes by `GET_LOCK`. The procedure is replaced only when it differs from
+   * this oncely's (its comment carries a digest of its body), so a second `migrate()` never drops it
+   * under running claims. Refuses a table that a newer oncely migrated.
    */
   async migrate(): Promise<void> {
     try {
@@ -127,11 +137,12 @@ export class MysqlBackend implements Backend {
               await c.query(ddl);
             }
             const found = await this.#version(c);
-            if (found !== undefined && found > SCHEMA_VERSION)
-              throw schemaProblem(BACKEND, this.#tableName, found);
+            if (found !== undefined && found > MYSQL_SCHEMA_VERSION)
+              throw schemaProblem(BACKEND, this.#tableName, found, MYSQL_SCHEMA_VERSION);
+            await this.#installProcedure(c);
             await c.query(
               `INSERT INTO ${this.#schemaTable} (table_name, version) VALUES (?, ?) ON DUPLICATE KEY UPDATE version = ?`,
-              [this.#tableName, SCHEMA_VERSION, SCHEMA_VERSION],
+              [this.#tableName, MYSQL_SCHEMA_VERSION, MYSQL_SCHEMA_VERSION],
             );
           } finally {
             await c.query("SELECT RELEASE_LOCK('oncely_migrate')").catch(() => {});
@@ -141,6 +152,23 @@ export class MysqlBackend implements Backend {
       );
     } catch (cause) {
       throw sqlStorageError(BACKEND, "migrate", undefined, cause);
+    }
+  }
+
+  /** (Re)creates the claim procedure unless this oncely's is already there, under a strict sql_mode. */
+  async #installProcedure(c: MysqlConnectionLike): Promise<void> {
+    const [rows] = await c.query(
+      `SELECT ROUTINE_COMMENT AS comment FROM information_schema.ROUTINES
+        WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = ? AND ROUTINE_TYPE = 'PROCEDURE'`,
+      [this.#procedureName],
+    );
+    if ((rows as Array<{ comment?: unknown }>)[0]?.comment === this.#procedure.comment) return;
+    await c.query("SET @oncely_sql_mode = @@SESSION.sql_mode, SESSION sql_mode = ?", [PROCEDURE_SQL_MODE]);
+    try {
+      await c.query(this.#procedure.drop);
+      await c.query(this.#procedure.create);
+    } finally {
+      await c.query("SET SESSION sql_mode = @oncely_sql_mode");
     }
   }
 
@@ -159,7 +187,7 @@ export class MysqlBackend implements Backend {
       if (driverCode(cause) !== "ER_NO_SUCH_TABLE")
         throw sqlStorageError(BACKEND, "schema check", undefined, cause);
     }
-    const problem = schemaProblem(BACKEND, this.#tableName, found);
+    const problem = schemaProblem(BACKEND, this.#tableName, found, MYSQL_SCHEMA_VERSION);
     if (problem !== undefined) throw problem;
   }
 
@@ -174,7 +202,7 @@ export class MysqlBackend implements Backend {
     try {
       return (await bounded(this.#source, (c) => c.execute(sql, values), this.#timeoutMs))[0];
     } catch (cause) {
-      const missing = driverCode(cause) === "ER_NO_SUCH_TABLE";
+      const missing = MISSING.has(driverCode(cause) ?? "");
       if (missing) this.#gate.reset();
       throw sqlStorageError(BACKEND, operation, key, cause, () => missing);
     }
@@ -202,58 +230,27 @@ export class MysqlBackend implements Backend {
   }
 
   /**
-   * claim (`planClaim` on the row read with the database's now, then one conditional write): wins
-   * when the key is absent, corrupt, expired, carries this call's own token or has a lapsed lease;
-   * otherwise `done` or `held`, with nothing written.
+   * claim (`planClaim`, in the claim procedure, on the database clock): wins when the key is absent,
+   * corrupt (fence continued), expired (fence + 1), carries this call's own token (same fence) or has
+   * a lapsed lease (fence + 1); otherwise reports `done` (with result and fingerprint) or `held`
+   * (with the time left on the database clock), writing nothing. One round trip.
    */
   async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
-    const decided: ClaimOptions = {
-      ...options,
-      leaseMs: wholeMs(BACKEND, "leaseMs", options.leaseMs),
-      ttlMs: wholeMs(BACKEND, "ttlMs", options.ttlMs),
-    };
-    for (let attempt = 1; attempt <= CLAIM_ATTEMPTS; attempt++) {
-      const row = await this.#read("claim", key);
-      const found = row.found !== null && row.found !== undefined;
-      let now: number;
-      try {
-        now = int(row.now_ms, "now");
-      } catch (cause) {
-        throw sqlStorageError(BACKEND, "claim", key, cause);
-      }
-      const plan = planClaim(found ? rowToObserved(row as RecordRow) : undefined, key, now, decided);
-      const write = plan.write;
-      if (write === undefined) return plan.outcome;
-      const values = recordValues(this.#namespace, write);
-      if (!found) {
-        try {
-          await this.#execute("claim", key, this.#statements.insert.text, values);
-          return plan.outcome;
-        } catch (error) {
-          if (driverCode((error as { cause?: unknown }).cause) === "ER_DUP_ENTRY") continue; // lost the race
-          throw error;
-        }
-      }
-      const [namespace, k, ...rest] = values;
-      const header = await this.#execute("claim", key, this.#statements.replace.text, [
-        ...rest,
-        namespace,
-        k,
-        row.state,
-        row.fence,
-        row.token,
-        row.lease_until,
-        row.expires_at,
-        row.claimed_at,
-      ]);
-      if (matchedRows(header) === 1) return plan.outcome;
-      // another writer changed the row after the read: decide again on a fresh one
-    }
-    throw new StorageError(`claim did not settle after ${CLAIM_ATTEMPTS} attempts`, {
-      backend: BACKEND,
-      operation: "claim",
+    const answer = await this.#execute("claim", key, this.#statements.claim, [
+      this.#namespace,
       key,
-    });
+      options.token,
+      wholeMs(BACKEND, "leaseMs", options.leaseMs),
+      wholeMs(BACKEND, "ttlMs", options.ttlMs),
+      options.fingerprint ?? null,
+    ]);
+    try {
+      // a CALL answers with its result sets, then the procedure's own status
+      const rows = (answer as unknown[])[0] as Array<Record<string, unknown>> | undefined;
+      return claimOutcomeOf(key, options, rows?.[0]);
+    } catch (cause) {
+      throw sqlStorageError(BACKEND, "claim", key, cause);
+    }
   }
 
   async #flag(

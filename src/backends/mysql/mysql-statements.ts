@@ -1,19 +1,29 @@
 /**
- * MySQL/MariaDB's statements: its dialect for the shared ones (`../sql/statements.ts`), the two
- * writes of the claim (insert a new record; compare-and-set an existing one), the batched purge
- * and the schema.
+ * MySQL/MariaDB's statements: its dialect for the shared ones (`../sql/statements.ts`), the claim
+ * procedure (one `CALL`, one round trip), the batched purge and the schema.
  *
  * Time: `UTC_TIMESTAMP(6)` is converted to epoch milliseconds by pure datetime arithmetic, so neither
  * the session's nor the server's `time_zone` enters a decision (no DST hour can repeat or vanish);
  * the only assumption is that the server's system clock is right. Like `NOW()`, it is one instant
- * for the whole statement.
+ * for the whole statement (inside a procedure: for each statement of its body, so the claim reads it
+ * once into a variable and decides on that one instant).
  */
+import { createHash } from "node:crypto";
 import { columnList, RECORD_COLUMNS } from "../sql/columns.js";
-import { type Compiled, compile, type SqlDialect } from "../sql/dialect.js";
+import type { SqlDialect } from "../sql/dialect.js";
 import { SCHEMA_TABLE } from "../sql/schema.js";
 import { type SharedStatements, sharedStatements } from "../sql/statements.js";
 
 const NOW_MS = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
+
+/**
+ * The MySQL layout: version 1 was the table alone; version 2 adds the claim procedure (the table is
+ * unchanged, so `migrate()` upgrades a version-1 table by creating the procedure).
+ */
+export const MYSQL_SCHEMA_VERSION = 2;
+
+/** How many times the claim procedure re-decides after another writer changed the row under it. */
+export const CLAIM_ATTEMPTS = 10;
 
 export const mysqlDialect: SqlDialect = {
   backend: "mysql",
@@ -22,36 +32,25 @@ export const mysqlDialect: SqlDialect = {
   nowMs: NOW_MS,
 };
 
-type Column = (typeof RECORD_COLUMNS)[number];
-type Was = "was_state" | "was_fence" | "was_token" | "was_lease_until" | "was_expires_at" | "was_claimed_at";
-
 export interface MysqlStatements extends SharedStatements {
-  /** A new record; fails with a duplicate key when a concurrent claim inserted it first. */
-  readonly insert: Compiled<Column>;
-  /** Overwrites the record only if it is still exactly the version the decision was made on. */
-  readonly replace: Compiled<Column | Was>;
+  /**
+   * `CALL <table>_claim(namespace, key, token, leaseMs, ttlMs, fingerprint)`: one result set of one
+   * row, the columns `../sql/claim-row.ts` reads.
+   */
+  readonly claim: string;
   /** Deletes at most `limit` expired rows. */
   purge(limit: number): string;
 }
 
-export function mysqlStatements(table: string): MysqlStatements {
-  const q = mysqlDialect.quote;
-  const key = q("key");
-  const written = RECORD_COLUMNS.filter((c) => c !== "namespace" && c !== "key");
+/** The claim procedure's name for a records table (validated, at most 48 characters: fits in 64). */
+export function claimProcedureName(tableName: string): string {
+  return `${tableName}_claim`;
+}
+
+export function mysqlStatements(table: string, procedure: string): MysqlStatements {
   return {
     ...sharedStatements<never>(mysqlDialect, table),
-    insert: compile(
-      mysqlDialect,
-      `INSERT INTO ${table} (${columnList(q, RECORD_COLUMNS)}) VALUES (${RECORD_COLUMNS.map((c) => `:${c}`).join(", ")})`,
-    ),
-    replace: compile(
-      mysqlDialect,
-      `UPDATE ${table} SET ${written.map((c) => `${q(c)} = :${c}`).join(", ")}
-       WHERE namespace = :namespace AND ${key} = :key
-         AND state <=> :was_state AND fence <=> :was_fence AND token <=> :was_token
-         AND lease_until <=> :was_lease_until AND expires_at <=> :was_expires_at
-         AND claimed_at <=> :was_claimed_at`,
-    ),
+    claim: `CALL ${procedure}(?, ?, ?, ?, ?, ?)`,
     // re-checks expiry on the row it deletes (a row reclaimed meanwhile survives); LIMIT is inlined,
     // a validated integer, because prepared LIMIT placeholders differ between MySQL and MariaDB
     purge: (limit) =>
@@ -86,6 +85,158 @@ export function mysqlSchema(table: string, schemaTable: string, indexName: strin
        version INT NOT NULL
      ) ENGINE=InnoDB`,
   ];
+}
+
+/** The largest integer a double holds exactly: a stored time or fence beyond it reads as corrupt. */
+const SAFE = "9007199254740991";
+/** UTF-8 text round-trips through utf8mb4 unchanged (MariaDB turns bad bytes into `?`, MySQL 8 into NULL). */
+const utf8 = (v: string) => `CAST(CONVERT(${v} USING utf8mb4) AS BINARY) <=> ${v}`;
+
+/**
+ * The session `sql_mode` the procedure is created under (a procedure keeps the mode it was created
+ * with): strict, so a value too long for a column is an error, never truncated onto another key, and
+ * nothing of the migrating session's own mode (ANSI_QUOTES, …) changes how the body parses. Valid on
+ * MySQL 8 and MariaDB alike.
+ */
+export const PROCEDURE_SQL_MODE = "STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION";
+
+export interface ClaimProcedure {
+  /** `CREATE PROCEDURE …` (MySQL 8 has no `CREATE OR REPLACE PROCEDURE`: drop it first). */
+  readonly create: string;
+  readonly drop: string;
+  /**
+   * The procedure's `COMMENT`, which carries a digest of its body: `migrate()` recreates the
+   * procedure exactly when the stored comment differs (a new oncely, a new table layout), and a
+   * second `migrate()` changes nothing.
+   */
+  readonly comment: string;
+}
+
+/**
+ * The claim as one stored procedure: `planClaim` (src/core/transitions.ts) on the database clock,
+ * returning one row, so that a claim is one round trip whether it wins, reports `done` or `held`.
+ *
+ * It reads the row without locking it (a duplicate or a live holder costs that read and writes
+ * nothing), decides in `planClaim`'s order of checks, and writes the decision as one conditional
+ * statement: an INSERT for a new key (a duplicate key means a concurrent claim inserted first), or an
+ * UPDATE that applies only if the row is still exactly the version decided on (compare-and-set). A
+ * lost race decides again on a fresh read, at most `CLAIM_ATTEMPTS` times, so no decision rests on a
+ * stale row and no transaction spans two statements. Each statement autocommits on its own.
+ *
+ * Parameters are LONGBLOB, wider than their columns: a parameter takes the *caller's* `sql_mode`, so
+ * a narrow one would truncate a long key silently in a non-strict session (two keys becoming one),
+ * while the body's INSERT/UPDATE run strict (`PROCEDURE_SQL_MODE`) and refuse it.
+ *
+ * The UPDATE's success is `ROW_COUNT() = 1`, which counts matched rows when the connection has
+ * `CLIENT_FOUND_ROWS` (mysql2's default) and changed rows without it; the one write that could change
+ * nothing (re-affirming a claim in the millisecond it was made, with the same lease) is answered
+ * without writing, so every UPDATE sent changes its row and both readings agree.
+ *
+ * MySQL 8 and MariaDB 10.11 read this body alike (DECLARE … HANDLER, labelled LOOP, SIGNAL). Where
+ * they differ it does not matter here: `CONVERT(… USING utf8mb4)` of invalid bytes is `?`-replaced on
+ * MariaDB and NULL on MySQL 8 (`<=>` tells both apart from the original); and a procedure (unlike a
+ * function) needs no `log_bin_trust_function_creators` on a MySQL 8 server with binary logging on.
+ * Creating it needs CREATE ROUTINE (and ALTER ROUTINE to replace it); calling it, EXECUTE (the
+ * creator has it; `SQL SECURITY INVOKER`, so it runs with the caller's table privileges).
+ */
+export function claimProcedure(table: string, procedure: string): ClaimProcedure {
+  const key = "`key`";
+  const written = columnList(mysqlDialect.quote, RECORD_COLUMNS);
+  const body = `BEGIN
+  DECLARE v_attempt INT DEFAULT 0;
+  DECLARE v_found, v_duplicate BOOLEAN DEFAULT FALSE;
+  DECLARE v_verdict VARCHAR(10) CHARACTER SET ascii;
+  DECLARE v_now, v_fence, v_lease_until, v_expires_at, v_claimed_at, v_completed_at BIGINT;
+  DECLARE v_state VARBINARY(16);
+  DECLARE v_token VARBINARY(255);
+  DECLARE v_fingerprint BLOB;
+  DECLARE v_result LONGBLOB;
+  DECLARE w_fence, w_lease_until, w_claimed_at BIGINT;
+  DECLARE w_fingerprint BLOB;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = FALSE;
+  DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = TRUE; /* ER_DUP_ENTRY */
+  decide: LOOP
+    SET v_attempt = v_attempt + 1;
+    IF v_attempt > ${CLAIM_ATTEMPTS} THEN
+      SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'claim did not settle after ${CLAIM_ATTEMPTS} attempts';
+    END IF;
+    SET v_found = TRUE, v_duplicate = FALSE, v_now = ${NOW_MS};
+    SELECT state, fence, token, lease_until, expires_at, fingerprint, result, claimed_at, completed_at
+      INTO v_state, v_fence, v_token, v_lease_until, v_expires_at, v_fingerprint, v_result, v_claimed_at, v_completed_at
+      FROM ${table} WHERE namespace = p_namespace AND ${key} = p_key;
+    /* planClaim, in its order of checks */
+    IF NOT v_found THEN
+      /* absent: won, fence 1 */
+      SET v_verdict = 'absent', w_fence = 1;
+    ELSEIF v_state NOT IN ('claimed', 'done') OR NOT (v_fence BETWEEN 1 AND ${SAFE})
+        OR NOT (v_lease_until BETWEEN -${SAFE} AND ${SAFE}) OR NOT (v_expires_at BETWEEN -${SAFE} AND ${SAFE})
+        OR NOT (v_claimed_at BETWEEN -${SAFE} AND ${SAFE})
+        OR NOT (IFNULL(v_completed_at, 0) BETWEEN -${SAFE} AND ${SAFE})
+        OR NOT (${utf8("v_token")}) OR NOT (${utf8("IFNULL(v_fingerprint, '')")}) THEN
+      /* corrupt (what decodeRecord refuses): won, the fence continues above a readable one */
+      SET v_verdict = 'corrupt', w_fence = IF(v_fence BETWEEN 1 AND ${SAFE}, v_fence, 0) + 1;
+    ELSEIF v_now >= v_expires_at THEN
+      /* expired: won, fence + 1 */
+      SET v_verdict = 'expired', w_fence = v_fence + 1;
+    ELSEIF v_state = 'done' THEN
+      /* done before expiry: report it, write nothing */
+      SET v_verdict = 'done';
+      LEAVE decide;
+    ELSEIF v_token <> '' AND v_token = p_token THEN
+      /* this call's own token (a retried claim): won re-affirmed, same fence */
+      SET v_verdict = 'reaffirmed', w_fence = v_fence;
+    ELSEIF v_now < v_lease_until THEN
+      /* live lease: held, write nothing */
+      SET v_verdict = 'held';
+      LEAVE decide;
+    ELSE
+      /* lapsed lease: won, fence + 1 */
+      SET v_verdict = 'lapsed', w_fence = v_fence + 1;
+    END IF;
+    /* the claim planClaim writes: a re-affirmed one keeps its fingerprint and claimedAt */
+    SET w_lease_until = v_now + p_lease,
+        w_fingerprint = IF(v_verdict = 'reaffirmed', v_fingerprint, p_fingerprint),
+        w_claimed_at = IF(v_verdict = 'reaffirmed', v_claimed_at, v_now);
+    IF v_verdict = 'absent' THEN
+      INSERT INTO ${table} (${written})
+        VALUES (p_namespace, p_key, 'claimed', w_fence, p_token, w_lease_until, w_lease_until + p_ttl,
+                w_fingerprint, NULL, w_claimed_at, NULL);
+      IF NOT v_duplicate THEN LEAVE decide; END IF;
+    ELSEIF v_verdict = 'reaffirmed' AND v_lease_until = w_lease_until AND v_expires_at = w_lease_until + p_ttl
+        AND v_result IS NULL AND v_completed_at IS NULL THEN
+      LEAVE decide;
+    ELSE
+      UPDATE ${table} SET state = 'claimed', fence = w_fence, token = p_token, lease_until = w_lease_until,
+          expires_at = w_lease_until + p_ttl, fingerprint = w_fingerprint, result = NULL,
+          claimed_at = w_claimed_at, completed_at = NULL
+        WHERE namespace = p_namespace AND ${key} = p_key
+          AND state <=> v_state AND fence <=> v_fence AND token <=> v_token
+          AND lease_until <=> v_lease_until AND expires_at <=> v_expires_at AND claimed_at <=> v_claimed_at;
+      IF ROW_COUNT() = 1 THEN LEAVE decide; END IF;
+    END IF;
+    /* another writer changed the row after the read: decide again on a fresh one */
+  END LOOP;
+  IF v_verdict IN ('done', 'held') THEN
+    SELECT v_verdict AS verdict, v_fence AS fence, v_lease_until AS lease_until,
+      v_expires_at AS expires_at, v_fingerprint AS fingerprint, v_result AS result,
+      v_completed_at AS completed_at, v_claimed_at AS claimed_at, v_lease_until - v_now AS remaining;
+  ELSE
+    SELECT v_verdict AS verdict, w_fence AS fence, w_lease_until AS lease_until,
+      w_lease_until + p_ttl AS expires_at, w_fingerprint AS fingerprint, NULL AS result,
+      NULL AS completed_at, w_claimed_at AS claimed_at, NULL AS remaining;
+  END IF;
+END`;
+  const digest = createHash("sha256").update(body).digest("hex").slice(0, 16);
+  const comment = `oncely claim v${MYSQL_SCHEMA_VERSION} ${digest}`;
+  return {
+    create: `CREATE PROCEDURE ${procedure}(
+    IN p_namespace LONGBLOB, IN p_key LONGBLOB, IN p_token LONGBLOB,
+    IN p_lease BIGINT, IN p_ttl BIGINT, IN p_fingerprint LONGBLOB)
+  MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '${comment}'
+${body}`,
+    drop: `DROP PROCEDURE IF EXISTS ${procedure}`,
+    comment,
+  };
 }
 
 export { SCHEMA_TABLE };
