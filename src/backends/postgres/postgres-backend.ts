@@ -28,7 +28,7 @@ import {
   pgSource,
   runBounded,
 } from "./postgres-client.js";
-import { channelName, PgNotifications, topicOf } from "./postgres-notifications.js";
+import { channelName, PgNotifications } from "./postgres-notifications.js";
 import {
   claimFunctionName,
   POSTGRES_SCHEMA_VERSION,
@@ -305,10 +305,6 @@ export class PostgresBackend implements Backend {
     return (matched === undefined ? (result.rowCount ?? 0) : Number(matched)) > 0;
   }
 
-  #notify(key: string): { channel: string; topic: string } {
-    return { channel: this.#channel, topic: topicOf(key) };
-  }
-
   /** complete (`planComplete`): true when the fence matches a claimed record (now done) or a done one. */
   complete(claim: Claim, options: CompleteOptions): Promise<boolean> {
     const values = {
@@ -322,7 +318,7 @@ export class PostgresBackend implements Backend {
       ? this.#flag("complete", claim.key, this.#statements.complete, values)
       : this.#flag("complete", claim.key, this.#statements.completeNotify, {
           ...values,
-          ...this.#notify(claim.key),
+          channel: this.#channel,
         });
   }
 
@@ -338,7 +334,7 @@ export class PostgresBackend implements Backend {
       ? this.#flag("release", claim.key, this.#statements.release, values)
       : this.#flag("release", claim.key, this.#statements.releaseNotify, {
           ...values,
-          ...this.#notify(claim.key),
+          channel: this.#channel,
         });
   }
 

@@ -16,9 +16,13 @@ export function channelName(scope: string): string {
   return `oncely_${createHash("sha256").update(scope).digest("hex").slice(0, 24)}`;
 }
 
-/** The payload naming one key: short, and not the key itself (keys may be business data). */
+/**
+ * The payload naming one key, as the server computes it in `complete` and `release`: the first 16
+ * hex digits of the MD5 of the key's UTF-8 bytes. Short, and not the key itself (keys may be
+ * business data); a collision only wakes a waiter early, and it re-reads.
+ */
 export function topicOf(key: string): string {
-  return createHash("sha256").update(key).digest("hex").slice(0, 16);
+  return createHash("md5").update(key, "utf8").digest("hex").slice(0, 16);
 }
 
 export class PgNotifications {

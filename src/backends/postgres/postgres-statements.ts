@@ -28,6 +28,13 @@ export const postgresDialect: SqlDialect = {
  */
 export const POSTGRES_SCHEMA_VERSION = 2;
 
+/**
+ * A notification's payload, computed by the server and only when it notifies: the first 16 hex
+ * digits of the MD5 of the key's UTF-8 bytes (`topicOf` computes the same for a waiter). Not the key
+ * itself: keys may be business data.
+ */
+const TOPIC = "left(md5(convert_to(:key, 'UTF8')), 16)";
+
 /** The claim function of a records table: `<table>_claim`, beside the table (table names are ≤ 48). */
 export function claimFunctionName(tableName: string): string {
   return `${tableName}_claim`;
@@ -38,8 +45,8 @@ export type ClaimParams = "namespace" | "key" | "token" | "lease" | "ttl" | "fin
 export interface PostgresStatements extends SharedStatements {
   /** One row from the claim function: `verdict` is the `via` of a win, or `done` / `held`. */
   readonly claim: Compiled<ClaimParams>;
-  readonly completeNotify: Compiled<"namespace" | "key" | "fence" | "result" | "ttl" | "channel" | "topic">;
-  readonly releaseNotify: Compiled<"namespace" | "key" | "fence" | "ttl" | "channel" | "topic">;
+  readonly completeNotify: Compiled<"namespace" | "key" | "fence" | "result" | "ttl" | "channel">;
+  readonly releaseNotify: Compiled<"namespace" | "key" | "fence" | "ttl" | "channel">;
   /**
    * A waiter marks the row watched until now + `ms` (database clock) and reads, in the same
    * statement, whether it is still held: no row means it is not.
@@ -66,15 +73,36 @@ export function postgresStatements(table: string, claimFunction: string): Postgr
     compile<N>(
       postgresDialect,
       `WITH changed AS (${update} RETURNING watched_until),
-            notified AS (SELECT pg_notify(:channel, :topic) FROM changed WHERE watched_until >= ${NOW_MS})
+            notified AS (
+              SELECT pg_notify(:channel, ${TOPIC}) FROM changed WHERE watched_until >= ${NOW_MS}
+            )
        SELECT (SELECT count(*) FROM changed)::int AS matched, (SELECT count(*) FROM notified)::int AS sent`,
     );
   return {
     ...shared,
+    // mirrors planClaim. `seen` judges the row in the statement's snapshot: done or held is reported
+    // from that read alone (no lock, no write, no function call: a duplicate costs one index read).
+    // Anything else runs the claim function, which decides again on the latest version.
     claim: compile(
       postgresDialect,
-      `SELECT verdict, fence, lease_until, expires_at, fingerprint, result, completed_at, claimed_at, remaining
-       FROM ${claimFunction}(:namespace, :key, :token, :lease, :ttl, :fingerprint)`,
+      `WITH seen AS (
+         SELECT CASE
+             WHEN NOT COALESCE(state IN ('claimed', 'done') AND fence >= 1, false) THEN NULL
+             WHEN ${NOW_MS} >= expires_at THEN NULL
+             WHEN state = 'done' THEN 'done'
+             WHEN token <> '' AND token = :token THEN NULL
+             WHEN ${NOW_MS} < lease_until THEN 'held'
+           END AS verdict,
+           fence, lease_until, expires_at, fingerprint, result, completed_at, claimed_at,
+           lease_until - ${NOW_MS} AS remaining
+         FROM ${table} WHERE namespace = :namespace AND key = :key
+       )
+       SELECT * FROM seen WHERE verdict IS NOT NULL
+       UNION ALL
+       SELECT f.verdict, f.fence, f.lease_until, f.expires_at, f.fingerprint, f.result, f.completed_at,
+              f.claimed_at, f.remaining
+       FROM ${claimFunction}(:namespace, :key, :token, :lease, :ttl, :fingerprint) f
+       WHERE NOT EXISTS (SELECT 1 FROM seen WHERE verdict IS NOT NULL)`,
     ),
     completeNotify: notifying(sources.complete),
     releaseNotify: notifying(sources.release),
@@ -113,14 +141,13 @@ const VERDICT = `CASE
     END`;
 
 /**
- * The claim function: `planClaim` in one statement, on the database clock. It reads the row; a row
- * that is done or held is reported from that read, with no lock and no write (a duplicate costs one
- * index read). Otherwise it inserts a new record (absent), or locks the row (FOR UPDATE reads the
- * latest committed version), judges that version again in planClaim's order and overwrites it when
- * it is corrupt (fence continued), expired or lapsed (fence + 1) or the caller's own token
- * (re-affirmed: same fence, claimedAt and fingerprint); a row found done or held under the lock is
- * reported. A first insert lost to a concurrent one, or a row purged between the read and the lock,
- * decides again on a fresh snapshot (each statement of the loop takes one).
+ * The claim function (`planClaim`, on the database clock), called by the claim statement when its
+ * own read did not find the row done or held. It inserts a new record (absent: the insert waits for
+ * a concurrent first insert of the key to settle, then conflicts); on a conflict it locks the row
+ * (FOR UPDATE reads the latest committed version), judges that version in planClaim's order and
+ * overwrites it when it is corrupt (fence continued), expired or lapsed (fence + 1) or the caller's
+ * own token (re-affirmed: same fence, claimedAt and fingerprint); a row found done or held under
+ * the lock is reported. A row purged between the insert and the lock is inserted again.
  */
 function claimFunction(table: string, name: string): string {
   return `CREATE OR REPLACE FUNCTION ${name}(
@@ -135,24 +162,17 @@ function claimFunction(table: string, name: string): string {
     v text;
   BEGIN
     FOR attempt IN 1..10 LOOP
-      SELECT * INTO r FROM ${table} c WHERE c.namespace = p_namespace AND c.key = p_key;
-      IF NOT FOUND THEN
-        INSERT INTO ${table} AS c (${columnList(postgresDialect.quote, RECORD_COLUMNS)})
-        VALUES (p_namespace, p_key, 'claimed', 1, p_token, now_ms + p_lease, now_ms + p_lease + p_ttl,
-                p_fingerprint, NULL, now_ms, NULL)
-        ON CONFLICT (namespace, key) DO NOTHING;
-        IF FOUND THEN
-          verdict := 'absent'; fence := 1; lease_until := now_ms + p_lease;
-          RETURN;
-        END IF;
-        CONTINUE; -- a concurrent first claim committed it: decide on it
+      INSERT INTO ${table} AS c (${columnList(postgresDialect.quote, RECORD_COLUMNS)})
+      VALUES (p_namespace, p_key, 'claimed', 1, p_token, now_ms + p_lease, now_ms + p_lease + p_ttl,
+              p_fingerprint, NULL, now_ms, NULL)
+      ON CONFLICT (namespace, key) DO NOTHING;
+      IF FOUND THEN
+        verdict := 'absent'; fence := 1; lease_until := now_ms + p_lease;
+        RETURN;
       END IF;
+      SELECT * INTO r FROM ${table} c WHERE c.namespace = p_namespace AND c.key = p_key FOR UPDATE;
+      IF NOT FOUND THEN CONTINUE; END IF; -- purged meanwhile: a first claim again
       v := ${VERDICT};
-      IF v NOT IN ('done', 'held') THEN
-        SELECT * INTO r FROM ${table} c WHERE c.namespace = p_namespace AND c.key = p_key FOR UPDATE;
-        IF NOT FOUND THEN CONTINUE; END IF; -- purged meanwhile: a first claim again
-        v := ${VERDICT};
-      END IF;
       IF v IN ('done', 'held') THEN
         verdict := v; fence := r.fence; lease_until := r.lease_until; expires_at := r.expires_at;
         fingerprint := r.fingerprint; result := r.result; completed_at := r.completed_at;
