@@ -28,9 +28,10 @@ import {
   pgSource,
   runBounded,
 } from "./postgres-client.js";
-import { channelName, PgNotifications } from "./postgres-notifications.js";
+import { PgNotifications } from "./postgres-notifications.js";
 import {
   claimFunctionName,
+  notifyTriggerName,
   POSTGRES_SCHEMA_VERSION,
   type PostgresStatements,
   postgresSchema,
@@ -97,13 +98,14 @@ export class PostgresBackend implements Backend {
   readonly #schemaTable: string;
   readonly #indexName: string;
   readonly #claimFunction: string;
+  readonly #notifyName: string;
+  readonly #notifyFunction: string;
   readonly #statements: PostgresStatements;
   /** Each statement's prepared-statement name, computed once. */
   readonly #names = new Map<string, string>();
   readonly #timeoutMs: number;
   readonly #purgeBatch: number;
   readonly #autoMigrate: boolean;
-  readonly #channel: string;
   readonly #notifications: PgNotifications | undefined;
   readonly #gate: SchemaGate;
 
@@ -121,6 +123,8 @@ export class PostgresBackend implements Backend {
     this.#schemaTable = qualify(SCHEMA_TABLE);
     this.#indexName = `"${this.#tableName}_expires_at"`;
     this.#claimFunction = qualify(claimFunctionName(this.#tableName));
+    this.#notifyName = notifyTriggerName(this.#tableName);
+    this.#notifyFunction = qualify(this.#notifyName);
     this.#statements = postgresStatements(this.#table, this.#claimFunction);
     for (const statement of Object.values(this.#statements) as Compiled[]) {
       this.#names.set(statement.text, statementName(statement.text));
@@ -129,10 +133,9 @@ export class PostgresBackend implements Backend {
     this.#timeoutMs = queryTimeoutMs(BACKEND, options.queryTimeoutMs);
     this.#purgeBatch = purgeBatchSize(BACKEND, options.purgeBatchSize);
     this.#autoMigrate = options.autoMigrate ?? false;
-    this.#channel = channelName(`${schema ?? ""}.${this.#tableName}\u0000${this.#namespace}`);
     const notify = options.notifications ?? true;
     this.#notifications = notify
-      ? new PgNotifications(this.#pool, this.#channel, this.#timeoutMs)
+      ? new PgNotifications(this.#pool, this.#table, this.#namespace, this.#timeoutMs)
       : undefined;
     this.#gate = new SchemaGate(() => (this.#autoMigrate ? this.migrate() : this.#checkSchema()));
     this.capabilities = {
@@ -167,6 +170,8 @@ export class PostgresBackend implements Backend {
           this.#schemaTable,
           this.#indexName,
           this.#claimFunction,
+          this.#notifyFunction,
+          this.#notifyName,
         ))
           await run(ddl);
         const found = versionOf(
@@ -300,42 +305,31 @@ export class PostgresBackend implements Backend {
     statement: Compiled,
     values: Record<string, unknown>,
   ): Promise<boolean> {
-    const result = await this.#run(operation, key, statement, values);
-    const matched = result.rows[0]?.matched;
-    return (matched === undefined ? (result.rowCount ?? 0) : Number(matched)) > 0;
+    return ((await this.#run(operation, key, statement, values)).rowCount ?? 0) > 0;
   }
 
-  /** complete (`planComplete`): true when the fence matches a claimed record (now done) or a done one. */
+  /**
+   * complete (`planComplete`): true when the fence matches a claimed record (now done) or a done one.
+   * The table's trigger NOTIFYs when a waiter marked the row.
+   */
   complete(claim: Claim, options: CompleteOptions): Promise<boolean> {
-    const values = {
+    return this.#flag("complete", claim.key, this.#statements.complete, {
       namespace: this.#namespace,
       key: claim.key,
       fence: claim.fence,
       result: resultParam(options.result),
       ttl: wholeMs(BACKEND, "ttlMs", options.ttlMs),
-    };
-    return this.#notifications === undefined
-      ? this.#flag("complete", claim.key, this.#statements.complete, values)
-      : this.#flag("complete", claim.key, this.#statements.completeNotify, {
-          ...values,
-          channel: this.#channel,
-        });
+    });
   }
 
   /** release (`planRelease`): on a matching claimed record, lease = now, fence + 1, token cleared. */
   release(claim: Claim): Promise<boolean> {
-    const values = {
+    return this.#flag("release", claim.key, this.#statements.release, {
       namespace: this.#namespace,
       key: claim.key,
       fence: claim.fence,
       ttl: wholeMs(BACKEND, "ttlMs", claim.ttlMs),
-    };
-    return this.#notifications === undefined
-      ? this.#flag("release", claim.key, this.#statements.release, values)
-      : this.#flag("release", claim.key, this.#statements.releaseNotify, {
-          ...values,
-          channel: this.#channel,
-        });
+    });
   }
 
   /** renew (`planRenew`): on a matching claimed record, lease = now + leaseMs (database clock). */

@@ -1,8 +1,8 @@
 /**
- * Waits for PostgreSQL backends: one dedicated connection per backend LISTENs on the backend's
- * channel; a waiter then marks its key's row watched, and `complete` and `release` NOTIFY a watched
- * row (in their own statement, so a notification is sent exactly when the change commits) with a
- * short hash of the key as payload. A waiter resolves on a
+ * Waits for PostgreSQL backends: one dedicated connection per backend LISTENs on its table's
+ * channel; a waiter then marks its key's row watched, and the table's trigger NOTIFYs when a
+ * watched row is completed, released or reclaimed (in that update's transaction, so exactly when
+ * the change commits), with a short hash of namespace and key as payload. A waiter resolves on a
  * notification for its key, when the listening connection drops (a notification may have been
  * lost), or after its timeout at the latest — the backed-off re-read of the caller is the floor, so
  * a lost notification costs latency, never a hang. A dropped connection is destroyed and the next
@@ -10,24 +10,28 @@
  */
 import { createHash } from "node:crypto";
 import type { PgClientLike, PgNotificationLike, PgPoolLike } from "./postgres-client.js";
-
-/** The channel of one records table + namespace: an identifier, at most 63 characters. */
-export function channelName(scope: string): string {
-  return `oncely_${createHash("sha256").update(scope).digest("hex").slice(0, 24)}`;
-}
+import { channelQuery } from "./postgres-statements.js";
 
 /**
- * The payload naming one key, as the server computes it in `complete` and `release`: the first 16
- * hex digits of the MD5 of the key's UTF-8 bytes. Short, and not the key itself (keys may be
- * business data); a collision only wakes a waiter early, and it re-reads.
+ * The payload naming one key of one namespace, as the table's trigger computes it: the first 16 hex
+ * digits of the MD5 of namespace, a zero byte and key (UTF-8). Short, and not the key itself (keys
+ * may be business data); a collision only wakes a waiter early, and it re-reads.
  */
-export function topicOf(key: string): string {
-  return createHash("md5").update(key, "utf8").digest("hex").slice(0, 16);
+export function topicOf(namespace: string, key: string): string {
+  return createHash("md5")
+    .update(namespace, "utf8")
+    .update("\u0000")
+    .update(key, "utf8")
+    .digest("hex")
+    .slice(0, 16);
 }
 
 export class PgNotifications {
   readonly #pool: PgPoolLike;
-  readonly #channel: string;
+  readonly #table: string;
+  readonly #namespace: string;
+  /** The table's channel, resolved by the server with the first listening connection. */
+  #channel: string | undefined;
   readonly #connectTimeoutMs: number;
   readonly #waiters = new Map<string, Set<() => void>>();
   #listener: Promise<PgClientLike> | undefined;
@@ -37,9 +41,11 @@ export class PgNotifications {
   #drop: ((error?: Error) => void) | undefined;
   #closed = false;
 
-  constructor(pool: PgPoolLike, channel: string, connectTimeoutMs: number) {
+  /** `table` is the backend's quoted, possibly schema-qualified table name. */
+  constructor(pool: PgPoolLike, table: string, namespace: string, connectTimeoutMs: number) {
     this.#pool = pool;
-    this.#channel = channel;
+    this.#table = table;
+    this.#namespace = namespace;
     this.#connectTimeoutMs = connectTimeoutMs;
   }
 
@@ -60,7 +66,7 @@ export class PgNotifications {
     signal: AbortSignal | undefined,
     watch: () => Promise<boolean>,
   ): Promise<void> {
-    const topic = topicOf(key);
+    const topic = topicOf(this.#namespace, key);
     return new Promise<void>((resolve) => {
       if (this.#closed || signal?.aborted) {
         resolve();
@@ -134,6 +140,11 @@ export class PgNotifications {
       c.on("end", () => drop());
       c.on("notification", onNotification);
       this.#drop = drop;
+      if (this.#channel === undefined) {
+        const found = (await c.query({ text: channelQuery, values: [this.#table] })).rows[0]?.channel;
+        if (typeof found !== "string") throw new Error(`table ${this.#table} not found for LISTEN`);
+        this.#channel = found;
+      }
       await c.query({ text: `LISTEN "${this.#channel}"` });
       if (client === undefined) throw new Error("the listener connection dropped");
       if (this.#closed) throw new Error("backend closed");

@@ -1,12 +1,13 @@
 /**
  * PostgreSQL's statements: its dialect for the shared ones (`../sql/statements.ts`), the one-statement
- * claim, the notifying wrappers of complete and release, the batched purge and the schema.
+ * claim and its function, a waiter's mark, the batched purge and the schema with its notifying
+ * trigger.
  */
 import { createHash } from "node:crypto";
 import { columnList, RECORD_COLUMNS } from "../sql/columns.js";
 import { type Compiled, compile, type SqlDialect } from "../sql/dialect.js";
 import { SCHEMA_TABLE } from "../sql/schema.js";
-import { type SharedStatements, sharedSources, sharedStatements } from "../sql/statements.js";
+import { type SharedStatements, sharedStatements } from "../sql/statements.js";
 
 /**
  * The database clock in epoch milliseconds. `statement_timestamp()` is one instant for the whole
@@ -23,30 +24,44 @@ export const postgresDialect: SqlDialect = {
 
 /**
  * The layout of a PostgreSQL records table: version 1 was the shared columns; version 2 adds the
- * `watched_until` column (waiters mark the row, so `complete` and `release` NOTIFY only when someone
- * waits) and the table's claim function.
+ * `watched_until` column and the notifying trigger (waiters mark the row, so `complete` and
+ * `release` NOTIFY only when someone waits) and the table's claim function.
  */
 export const POSTGRES_SCHEMA_VERSION = 2;
-
-/**
- * A notification's payload, computed by the server and only when it notifies: the first 16 hex
- * digits of the MD5 of the key's UTF-8 bytes (`topicOf` computes the same for a waiter). Not the key
- * itself: keys may be business data.
- */
-const TOPIC = "left(md5(convert_to(:key, 'UTF8')), 16)";
 
 /** The claim function of a records table: `<table>_claim`, beside the table (table names are ≤ 48). */
 export function claimFunctionName(tableName: string): string {
   return `${tableName}_claim`;
 }
 
+/** The notifying trigger of a records table and its function: `<table>_notify`, beside the table. */
+export function notifyTriggerName(tableName: string): string {
+  return `${tableName}_notify`;
+}
+
+/**
+ * The channel of a records table, as its trigger computes it from the table's resolved schema and
+ * name (`channelQuery` asks the server for the same text): an identifier, at most 63 characters.
+ */
+const CHANNEL_OF = (schema: string, name: string) =>
+  `'oncely_' || left(md5(${schema} || '.' || ${name}), 24)`;
+
+/** The channel of the table `$1` (a qualified or search-path name), resolved by the server. */
+export const channelQuery = `SELECT ${CHANNEL_OF("n.nspname", "c.relname")} AS channel
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`;
+
+/**
+ * A notification's payload: the first 16 hex digits of the MD5 of namespace, a zero byte and key
+ * (UTF-8), computed by the trigger and only when it notifies (`topicOf` computes the same for a
+ * waiter). Not the key itself: keys may be business data.
+ */
+const TOPIC_OF_NEW = `left(md5(convert_to(NEW.namespace, 'UTF8') || '\\x00'::bytea || convert_to(NEW.key, 'UTF8')), 16)`;
+
 export type ClaimParams = "namespace" | "key" | "token" | "lease" | "ttl" | "fingerprint";
 
 export interface PostgresStatements extends SharedStatements {
   /** One row from the claim function: `verdict` is the `via` of a win, or `done` / `held`. */
   readonly claim: Compiled<ClaimParams>;
-  readonly completeNotify: Compiled<"namespace" | "key" | "fence" | "result" | "ttl" | "channel">;
-  readonly releaseNotify: Compiled<"namespace" | "key" | "fence" | "ttl" | "channel">;
   /**
    * A waiter marks the row watched until now + `ms` (database clock) and reads, in the same
    * statement, whether it is still held: no row means it is not.
@@ -62,22 +77,6 @@ export function statementName(text: string): string {
 
 export function postgresStatements(table: string, claimFunction: string): PostgresStatements {
   const shared = sharedStatements<never>(postgresDialect, table);
-  const sources = sharedSources(postgresDialect, table);
-  // The NOTIFY is part of the statement, sent when (and only when) the change commits, and only
-  // when a waiter marked the row: NOTIFY serialises the commits that send one (PostgreSQL holds a
-  // global lock from the queue insert to the end of the commit), so an unwatched complete must not.
-  // A waiter marks the row (`watch`) after its LISTEN is up: its mark and this update lock the same
-  // row, so either the mark commits first and this statement sees it, or the mark's own read sees
-  // the change.
-  const notifying = <N extends string>(update: string) =>
-    compile<N>(
-      postgresDialect,
-      `WITH changed AS (${update} RETURNING watched_until),
-            notified AS (
-              SELECT pg_notify(:channel, ${TOPIC}) FROM changed WHERE watched_until >= ${NOW_MS}
-            )
-       SELECT (SELECT count(*) FROM changed)::int AS matched, (SELECT count(*) FROM notified)::int AS sent`,
-    );
   return {
     ...shared,
     // mirrors planClaim. `seen` judges the row in the statement's snapshot: done or held is reported
@@ -104,8 +103,6 @@ export function postgresStatements(table: string, claimFunction: string): Postgr
        FROM ${claimFunction}(:namespace, :key, :token, :lease, :ttl, :fingerprint) f
        WHERE NOT EXISTS (SELECT 1 FROM seen WHERE verdict IS NOT NULL)`,
     ),
-    completeNotify: notifying(sources.complete),
-    releaseNotify: notifying(sources.release),
     watch: compile(
       postgresDialect,
       `UPDATE ${table} SET watched_until = GREATEST(COALESCE(watched_until, 0), ${NOW_MS} + :ms)
@@ -200,6 +197,33 @@ function claimFunction(table: string, name: string): string {
 }
 
 /**
+ * The notifying trigger: after an update that completes, releases or reclaims a row a waiter marked
+ * watched (`watch`) and whose mark is live, NOTIFY the table's channel with the key's topic. The
+ * NOTIFY is sent when (and only when) that update commits, and only then: NOTIFY serialises the
+ * commits that send one (PostgreSQL holds a global lock from the queue insert to the end of the
+ * commit), so an unwatched complete must not, and `WHEN` filters before anything is queued. A
+ * waiter's mark and the update lock the same row: either the mark commits first and the update
+ * sees it, or the mark's own read sees the change. The mark itself (which changes `watched_until`)
+ * and a renew (which changes neither state nor fence) notify nobody.
+ */
+function notifyTrigger(table: string, qualified: string, name: string): string[] {
+  return [
+    `CREATE OR REPLACE FUNCTION ${qualified}() RETURNS trigger LANGUAGE plpgsql AS $oncely$
+     BEGIN
+       PERFORM pg_notify(${CHANNEL_OF("TG_TABLE_SCHEMA", "TG_TABLE_NAME")}, ${TOPIC_OF_NEW});
+       RETURN NULL;
+     END
+     $oncely$`,
+    `DROP TRIGGER IF EXISTS "${name}" ON ${table}`,
+    `CREATE TRIGGER "${name}" AFTER UPDATE ON ${table} FOR EACH ROW
+     WHEN (NEW.watched_until >= ${NOW_MS}
+           AND OLD.watched_until IS NOT DISTINCT FROM NEW.watched_until
+           AND (OLD.state IS DISTINCT FROM NEW.state OR OLD.fence IS DISTINCT FROM NEW.fence))
+     EXECUTE FUNCTION ${qualified}()`,
+  ];
+}
+
+/**
  * The DDL `migrate()` runs, in order, inside one transaction; each step is idempotent and upgrades a
  * version-1 table in place.
  */
@@ -208,6 +232,8 @@ export function postgresSchema(
   schemaTable: string,
   indexName: string,
   claimFunctionQualified: string,
+  notifyQualified: string,
+  notifyName: string,
 ): string[] {
   return [
     `CREATE TABLE IF NOT EXISTS ${table} (
@@ -227,6 +253,7 @@ export function postgresSchema(
     `ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS watched_until BIGINT`,
     `CREATE INDEX IF NOT EXISTS ${indexName} ON ${table} (expires_at)`,
     claimFunction(table, claimFunctionQualified),
+    ...notifyTrigger(table, notifyQualified, notifyName),
     `CREATE TABLE IF NOT EXISTS ${schemaTable} (table_name TEXT PRIMARY KEY, version INTEGER NOT NULL)`,
   ];
 }
