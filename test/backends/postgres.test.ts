@@ -8,6 +8,8 @@ import { randomUUID } from "node:crypto";
 import pg from "pg";
 import { afterAll, beforeAll, describe, it } from "vitest";
 import { PostgresBackend } from "../../src/backends/postgres/index.js";
+import { topicOf } from "../../src/backends/postgres/postgres-notifications.js";
+import { channelQuery } from "../../src/backends/postgres/postgres-statements.js";
 import { newToken } from "../../src/core/verbs.js";
 import { ConfigurationError } from "../../src/index.js";
 import { backendContract } from "../../src/testing/index.js";
@@ -140,5 +142,90 @@ describe("postgres backend: beyond the contract", () => {
     await Promise.race([again, sleep(10_000)]);
     assert.equal(woke, true, "the rebuilt listener delivered the completion");
     await backend.close();
+  });
+
+  it("a version-1 table is refused with the fix, and migrate() upgrades it in place, records kept", async () => {
+    const t = `v1_${randomUUID().replaceAll("-", "").slice(0, 10)}`;
+    const q = (name: string) => `"${schema}"."${name}"`;
+    // the layout oncely wrote before version 2: no watch column, no claim function, no trigger
+    await pool.query(`CREATE TABLE ${q(t)} (
+      namespace TEXT COLLATE "C" NOT NULL, key TEXT COLLATE "C" NOT NULL, state TEXT NOT NULL,
+      fence BIGINT NOT NULL, token TEXT NOT NULL, lease_until BIGINT NOT NULL, expires_at BIGINT NOT NULL,
+      fingerprint TEXT, result BYTEA, claimed_at BIGINT NOT NULL, completed_at BIGINT,
+      PRIMARY KEY (namespace, key))`);
+    await pool.query(
+      `INSERT INTO ${q("oncely_schema")} (table_name, version) VALUES ($1, 1)
+       ON CONFLICT (table_name) DO UPDATE SET version = 1`,
+      [t],
+    );
+    const far = Date.now() + 3600_000;
+    await pool.query(
+      `INSERT INTO ${q(t)} VALUES ('', 'kept', 'done', 3, '', $1, $1, 'fp', '\\x2a'::bytea, $2, $2)`,
+      [far, Date.now()],
+    );
+    const backend = new PostgresBackend({ pool, schema, table: t });
+    await assert.rejects(
+      backend.get("kept"),
+      /schema version 1, this oncely needs 2: run `await backend\.migrate\(\)`/,
+    );
+    await backend.migrate();
+    const kept = await backend.get("kept");
+    assert.equal(kept?.state, "done");
+    assert.equal(kept?.fence, 3);
+    const again = await backend.claim("kept", claimOptions());
+    assert.equal(again.kind, "done");
+    assert.deepEqual(again.kind === "done" ? [...(again.result ?? [])] : [], [42]);
+    assert.equal((await backend.claim("new", claimOptions())).kind, "won");
+    await backend.migrate(); // idempotent on version 2
+    await backend.close();
+  });
+
+  it("complete NOTIFYs only a row a waiter marked; a renew and the mark itself notify nobody", async () => {
+    const backend = make();
+    const listener = await pool.connect();
+    const heard: string[] = [];
+    try {
+      const table = `"${schema}"."oncely_records"`;
+      const { rows } = await listener.query(channelQuery, [table]);
+      const channel = rows[0].channel as string;
+      assert.match(channel, /^oncely_[0-9a-f]{24}$/);
+      listener.on("notification", (m) => {
+        if (m.channel === channel && m.payload !== undefined) heard.push(m.payload);
+      });
+      await listener.query(`LISTEN "${channel}"`);
+      const nsOf = async (key: string) =>
+        (await pool.query(`SELECT namespace FROM ${table} WHERE key = $1`, [key])).rows[0]
+          .namespace as string;
+
+      const quiet = `quiet-${randomUUID()}`;
+      const a = (await backend.claim(quiet, claimOptions())) as Won;
+      assert.equal(await backend.renew(a.claim, 5_000), true);
+      assert.equal(await backend.complete(a.claim, { ttlMs: 60_000 }), true);
+
+      const watched = `watched-${randomUUID()}`;
+      const b = (await backend.claim(watched, claimOptions())) as Won;
+      let woke = false;
+      const waiting = backend.waitForChange(watched, 30_000).then(() => {
+        woke = true;
+      });
+      for (let i = 0; i < 200; i++) {
+        const mark = await pool.query(`SELECT watched_until FROM ${table} WHERE key = $1`, [watched]);
+        if (mark.rows[0].watched_until !== null) break;
+        await sleep(10);
+      }
+      assert.equal(await backend.renew(b.claim, 5_000), true);
+      await sleep(200);
+      assert.equal(woke, false, "neither the mark nor a renew woke the waiter");
+      assert.deepEqual(heard, [], "no notification for an unwatched complete, a mark or a renew");
+      assert.equal(await backend.complete(b.claim, { ttlMs: 60_000 }), true);
+      await Promise.race([waiting, sleep(10_000)]);
+      assert.equal(woke, true, "the watched complete woke the waiter");
+      for (let i = 0; i < 100 && heard.length === 0; i++) await sleep(10);
+      assert.deepEqual(heard, [topicOf(await nsOf(watched), watched)]);
+      assert.notEqual(topicOf(await nsOf(quiet), quiet), heard[0]);
+    } finally {
+      listener.release();
+      await backend.close();
+    }
   });
 });
