@@ -7,12 +7,12 @@ import type {
   Claim,
   ClaimOptions,
   ClaimOutcome,
-  ClaimVia,
   CompleteOptions,
   PurgeOptions,
   StoredRecord,
 } from "../../core/types.js";
 import { type ConnectionSource, queryTimeoutMs } from "../sql/bounded.js";
+import { claimOutcomeOf } from "../sql/claim-row.js";
 import { type RecordRow, resultParam, rowToObserved, toInteger, wholeMs } from "../sql/columns.js";
 import { bind, type Compiled } from "../sql/dialect.js";
 import { driverCode, sqlStorageError } from "../sql/errors.js";
@@ -53,7 +53,6 @@ export interface PostgresBackendOptions extends SqlServerOptions {
 
 const BACKEND = "postgres";
 const SCHEMA_VERSION = POSTGRES_SCHEMA_VERSION;
-const VIAS = new Set<string>(["absent", "reaffirmed", "lapsed", "expired", "corrupt"]);
 /** How much longer than its wait a waiter's mark lasts (the two clocks' timers drift a little). */
 const WATCH_SLACK_MS = 1_000;
 
@@ -62,18 +61,6 @@ function int(value: unknown, what: string): number {
   if (typeof n !== "number" || !Number.isSafeInteger(n))
     throw new Error(`unexpected ${what} ${String(value)}`);
   return n;
-}
-
-function optionalInt(value: unknown, what: string): number | undefined {
-  return value === null || value === undefined ? undefined : int(value, what);
-}
-
-function optionalText(value: unknown): string | undefined {
-  return typeof value === "string" ? value : undefined;
-}
-
-function optionalBytes(value: unknown): Uint8Array | undefined {
-  return value instanceof Uint8Array ? value : undefined;
 }
 
 /**
@@ -255,48 +242,10 @@ export class PostgresBackend implements Backend {
       fingerprint: options.fingerprint ?? null,
     });
     try {
-      const row = rows[0];
-      if (row === undefined) throw new Error("the claim function returned no row");
-      return this.#decodeClaim(key, options, row);
+      return claimOutcomeOf(key, options, rows[0]);
     } catch (cause) {
       throw sqlStorageError(BACKEND, "claim", key, cause);
     }
-  }
-
-  #decodeClaim(key: string, options: ClaimOptions, row: Record<string, unknown>): ClaimOutcome {
-    const fence = int(row.fence, "fence");
-    const via = String(row.verdict);
-    if (VIAS.has(via)) {
-      const claim: Claim = {
-        key,
-        fence,
-        token: options.token,
-        leaseUntil: int(row.lease_until, "lease_until"),
-        ttlMs: options.ttlMs,
-        reclaimed: via === "lapsed" || via === "expired",
-      };
-      return { kind: "won", claim, via: via as ClaimVia };
-    }
-    if (row.verdict === "held") {
-      return {
-        kind: "held",
-        fence,
-        leaseUntil: int(row.lease_until, "lease_until"),
-        remainingMs: Math.max(0, int(row.remaining, "remaining")),
-        fingerprint: optionalText(row.fingerprint),
-      };
-    }
-    if (row.verdict === "done") {
-      return {
-        kind: "done",
-        fence,
-        fingerprint: optionalText(row.fingerprint),
-        result: optionalBytes(row.result),
-        completedAt: optionalInt(row.completed_at, "completed_at") ?? int(row.claimed_at, "claimed_at"),
-        expiresAt: int(row.expires_at, "expires_at"),
-      };
-    }
-    throw new Error(`unexpected claim verdict ${String(row.verdict)}`);
   }
 
   async #flag(
