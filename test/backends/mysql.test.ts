@@ -114,3 +114,137 @@ describe("mysql backend: beyond the contract", () => {
     }
   });
 });
+
+describe("mysql backend: the claim procedure", () => {
+  const t = (prefix: string) => `${prefix}_${randomUUID().replaceAll("-", "").slice(0, 10)}`;
+  const procedures = async (table: string) => {
+    const [rows] = (await pool.query(
+      `SELECT ROUTINE_NAME AS name, ROUTINE_COMMENT AS comment, CREATED AS created FROM information_schema.ROUTINES
+        WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME LIKE ? ORDER BY ROUTINE_NAME`,
+      [`${table}\\_claim%`],
+    )) as unknown as [Array<{ name: string; comment: string; created: Date }>];
+    return rows;
+  };
+
+  it("migrate() upgrades a version-1 table in place (records kept) and a second run changes nothing", async () => {
+    const table = t("up");
+    // the version-1 layout: the table alone, recorded as version 1, and a record written by then
+    await make({ table }).migrate();
+    for (const name of [`${table}_claim`, `${table}_claim_decide`])
+      await pool.query(`DROP PROCEDURE IF EXISTS \`${name}\``);
+    await pool.query("UPDATE oncely_schema SET version = 1 WHERE table_name = ?", [table]);
+    await pool.query(
+      `INSERT INTO \`${table}\` (namespace, \`key\`, state, fence, token, lease_until, expires_at, claimed_at, completed_at)
+       VALUES ('', 'old', 'done', 3, '', 0, 9999999999999, 1, 2)`,
+    );
+    const backend = new MysqlBackend({ pool, table });
+    await assert.rejects(backend.claim("k", claimOptions()), /schema version 1, this oncely needs 2/);
+    await backend.migrate();
+    const first = await procedures(table);
+    assert.equal(first.length, 2);
+    const done = await backend.claim("old", claimOptions());
+    assert.equal(done.kind, "done");
+    assert.equal(done.kind === "done" && done.fence, 3);
+    assert.equal((await backend.claim("k", claimOptions())).kind, "won");
+    await backend.migrate();
+    assert.deepEqual(await procedures(table), first, "the procedures were not recreated");
+    const [[row]] = (await pool.query("SELECT version FROM oncely_schema WHERE table_name = ?", [
+      table,
+    ])) as unknown as [[{ version: number }]];
+    assert.equal(row.version, MYSQL_SCHEMA_VERSION);
+  });
+
+  it("a dropped procedure fails the claim with the fix named; migrate() recreates it", async () => {
+    const table = t("gone");
+    const backend = make({ table });
+    await backend.migrate();
+    assert.equal((await backend.claim("a", claimOptions())).kind, "won");
+    await pool.query(`DROP PROCEDURE \`${table}_claim_decide\``);
+    await pool.query(`DROP PROCEDURE \`${table}_claim\``);
+    await assert.rejects(backend.claim("b", claimOptions()), /migrate\(\)/);
+    await backend.migrate();
+    assert.equal((await backend.claim("b", claimOptions())).kind, "won");
+  });
+
+  it("a retried claim with its own token re-affirms: same fence, same claimedAt, nothing bumped", async () => {
+    const backend = make();
+    const options = claimOptions();
+    const first = (await backend.claim("k", { ...options, fingerprint: "fp" })) as Won & { via: string };
+    assert.equal(first.via, "absent");
+    const before = await backend.get("k");
+    for (let i = 0; i < 3; i++) {
+      const again = (await backend.claim("k", { ...options, fingerprint: "fp" })) as Won & { via: string };
+      assert.equal(again.kind, "won");
+      assert.equal(again.via, "reaffirmed");
+      assert.equal(again.claim.fence, first.claim.fence);
+    }
+    const after = await backend.get("k");
+    assert.equal(after?.fence, 1);
+    assert.equal(after?.claimedAt, before?.claimedAt);
+    assert.equal(after?.fingerprint, "fp");
+    const other = await backend.claim("k", claimOptions());
+    assert.equal(other.kind, "held");
+    assert.ok(other.kind === "held" && other.remainingMs > 0 && other.remainingMs <= 5_000);
+    assert.equal(other.kind === "held" && other.fingerprint, "fp");
+  });
+
+  it("the first-insert race: 8 concurrent claims of one new key, exactly one wins (fence 1)", async () => {
+    const backend = make();
+    for (let round = 0; round < 5; round++) {
+      const outcomes = await Promise.all(
+        Array.from({ length: 8 }, () => backend.claim(`race-${round}`, claimOptions())),
+      );
+      const won = outcomes.filter((o) => o.kind === "won") as Won[];
+      assert.equal(won.length, 1, JSON.stringify(outcomes.map((o) => o.kind)));
+      assert.equal(won[0]?.claim.fence, 1);
+      assert.equal(outcomes.filter((o) => o.kind === "held").length, 7);
+    }
+  });
+
+  it("lapsed → fence + 1, expired → fence + 1, a corrupt row (bad UTF-8, a fence kept) continues its fence", async () => {
+    const namespace = `c${randomUUID().slice(0, 8)}`;
+    const backend = new MysqlBackend({ pool, namespace });
+    const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    const first = (await backend.claim("k", claimOptions(30))) as Won;
+    await sleep(60);
+    const lapsed = (await backend.claim("k", claimOptions())) as Won & { via: string };
+    assert.equal(lapsed.via, "lapsed");
+    assert.equal(lapsed.claim.fence, first.claim.fence + 1);
+    assert.equal(lapsed.claim.reclaimed, true);
+    assert.equal(await backend.complete(lapsed.claim, { ttlMs: 30 }), true);
+    await sleep(60);
+    const expired = (await backend.claim("k", claimOptions())) as Won & { via: string };
+    assert.equal(expired.via, "expired");
+    assert.equal(expired.claim.fence, first.claim.fence + 2);
+    assert.equal(await backend.complete(expired.claim, { ttlMs: 60_000 }), true);
+    // a done record whose fingerprint is not UTF-8 cannot be reported: it is corrupt, its fence kept
+    await pool.query(
+      "UPDATE oncely_records SET fingerprint = x'ff00', fence = 41 WHERE namespace = ? AND `key` = 'k'",
+      [namespace],
+    );
+    const corrupt = (await backend.claim("k", claimOptions())) as Won & { via: string };
+    assert.equal(corrupt.via, "corrupt");
+    assert.equal(corrupt.claim.fence, 42);
+    // an unreadable fence starts again at 1 (what decodeRecord makes of it)
+    await pool.query("UPDATE oncely_records SET fence = 0 WHERE namespace = ? AND `key` = 'k'", [namespace]);
+    const restarted = (await backend.claim("k", claimOptions())) as Won & { via: string };
+    assert.equal(restarted.via, "corrupt");
+    assert.equal(restarted.claim.fence, 1);
+  });
+
+  it("a session that is not strict cannot truncate a long key onto another", async () => {
+    const loose = mysql.createPool({ uri: url, database, connectionLimit: 2 });
+    loose.pool.on("connection", (c) => {
+      c.query("SET SESSION sql_mode = ''");
+    });
+    try {
+      const backend = new MysqlBackend({ pool: loose, namespace: `l${randomUUID().slice(0, 8)}` });
+      const prefix = "p".repeat(1024);
+      await assert.rejects(backend.claim(`${prefix}-a`, claimOptions()), /claim failed/);
+      await assert.rejects(backend.claim(`${prefix}-b`, claimOptions()), /claim failed/);
+      assert.equal((await backend.claim(prefix, claimOptions())).kind, "won");
+    } finally {
+      await loose.end();
+    }
+  });
+});

@@ -24,14 +24,16 @@ import {
   type MysqlCallbackPoolLike,
   type MysqlConnectionLike,
   type MysqlPoolLike,
+  type MysqlRun,
   matchedRows,
+  mysqlRunner,
   mysqlSource,
   promisePool,
 } from "./mysql-client.js";
 import {
   type ClaimProcedure,
   claimProcedure,
-  claimProcedureName,
+  claimProcedureNames,
   MYSQL_SCHEMA_VERSION,
   type MysqlStatements,
   mysqlSchema,
@@ -50,6 +52,19 @@ export interface MysqlBackendOptions extends SqlServerOptions {
 const BACKEND = "mysql";
 /** The driver codes of a missing records table and of a missing claim procedure (`migrate()` fixes both). */
 const MISSING = new Set(["ER_NO_SUCH_TABLE", "ER_SP_DOES_NOT_EXIST"]);
+
+/**
+ * The claim procedure's answer row: a CALL answers with its result sets, then its own status; the
+ * procedure's fast path may send an empty one first, and its one row is in the last that has rows.
+ */
+function answerRow(answer: unknown): Record<string, unknown> | undefined {
+  const sets = answer as unknown[];
+  for (let i = sets.length - 1; i >= 0; i--) {
+    const set = sets[i];
+    if (Array.isArray(set) && set.length > 0) return set[0] as Record<string, unknown>;
+  }
+  return undefined;
+}
 
 function int(value: unknown, what: string): number {
   const n = toInteger(value);
@@ -83,13 +98,13 @@ export class MysqlBackend implements Backend {
     multiProcess: true,
   };
   readonly #source: ConnectionSource<MysqlConnectionLike>;
+  readonly #runStatement: MysqlRun;
   readonly #namespace: string;
   readonly #tableName: string;
   readonly #table: string;
   readonly #schemaTable = `\`${SCHEMA_TABLE}\``;
   readonly #statements: MysqlStatements;
   readonly #procedure: ClaimProcedure;
-  readonly #procedureName: string;
   readonly #timeoutMs: number;
   readonly #purgeBatch: number;
   readonly #autoMigrate: boolean;
@@ -105,10 +120,11 @@ export class MysqlBackend implements Backend {
     this.#namespace = validateNamespace(BACKEND, options.namespace) ?? "";
     this.#tableName = sqlIdentifier(BACKEND, "table", options.table ?? "oncely_records");
     this.#table = `\`${this.#tableName}\``;
-    this.#procedureName = claimProcedureName(this.#tableName);
-    this.#statements = mysqlStatements(this.#table, `\`${this.#procedureName}\``);
-    this.#procedure = claimProcedure(this.#table, `\`${this.#procedureName}\``);
+    const [claim, decide] = claimProcedureNames(this.#tableName);
+    this.#statements = mysqlStatements(this.#table, `\`${claim}\``);
+    this.#procedure = claimProcedure(this.#table, claim, decide);
     this.#source = mysqlSource(pool);
+    this.#runStatement = mysqlRunner(pool);
     this.#timeoutMs = queryTimeoutMs(BACKEND, options.queryTimeoutMs);
     this.#purgeBatch = purgeBatchSize(BACKEND, options.purgeBatchSize);
     this.#autoMigrate = options.autoMigrate ?? false;
@@ -155,18 +171,23 @@ export class MysqlBackend implements Backend {
     }
   }
 
-  /** (Re)creates the claim procedure unless this oncely's is already there, under a strict sql_mode. */
+  /**
+   * (Re)creates the claim procedures unless this oncely's are both there, under a strict sql_mode
+   * (a procedure keeps the mode it was created with).
+   */
   async #installProcedure(c: MysqlConnectionLike): Promise<void> {
     const [rows] = await c.query(
       `SELECT ROUTINE_COMMENT AS comment FROM information_schema.ROUTINES
-        WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = ? AND ROUTINE_TYPE = 'PROCEDURE'`,
-      [this.#procedureName],
+        WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME IN (?, ?)`,
+      [...this.#procedure.names],
     );
-    if ((rows as Array<{ comment?: unknown }>)[0]?.comment === this.#procedure.comment) return;
+    const current = (rows as Array<{ comment?: unknown }>).filter(
+      (r) => r.comment === this.#procedure.comment,
+    );
+    if (current.length === this.#procedure.names.length) return;
     await c.query("SET @oncely_sql_mode = @@SESSION.sql_mode, SESSION sql_mode = ?", [PROCEDURE_SQL_MODE]);
     try {
-      await c.query(this.#procedure.drop);
-      await c.query(this.#procedure.create);
+      for (const ddl of [...this.#procedure.drop, ...this.#procedure.create]) await c.query(ddl);
     } finally {
       await c.query("SET SESSION sql_mode = @oncely_sql_mode");
     }
@@ -200,7 +221,7 @@ export class MysqlBackend implements Backend {
   ): Promise<unknown> {
     await this.#gate.ensure();
     try {
-      return (await bounded(this.#source, (c) => c.execute(sql, values), this.#timeoutMs))[0];
+      return await this.#runStatement(sql, values, this.#timeoutMs);
     } catch (cause) {
       const missing = MISSING.has(driverCode(cause) ?? "");
       if (missing) this.#gate.reset();
@@ -245,9 +266,7 @@ export class MysqlBackend implements Backend {
       options.fingerprint ?? null,
     ]);
     try {
-      // a CALL answers with its result sets, then the procedure's own status
-      const rows = (answer as unknown[])[0] as Array<Record<string, unknown>> | undefined;
-      return claimOutcomeOf(key, options, rows?.[0]);
+      return claimOutcomeOf(key, options, answerRow(answer));
     } catch (cause) {
       throw sqlStorageError(BACKEND, "claim", key, cause);
     }

@@ -42,11 +42,15 @@ export interface MysqlStatements extends SharedStatements {
   purge(limit: number): string;
 }
 
-/** The claim procedure's name for a records table (validated, at most 48 characters: fits in 64). */
-export function claimProcedureName(tableName: string): string {
-  return `${tableName}_claim`;
+/**
+ * The claim procedure's name for a records table, and its full decision's (the table name is
+ * validated, at most 48 characters: both fit in 64).
+ */
+export function claimProcedureNames(tableName: string): readonly [string, string] {
+  return [`${tableName}_claim`, `${tableName}_claim_decide`];
 }
 
+/** The statements on `table` (validated and quoted) whose claim calls `procedure` (quoted). */
 export function mysqlStatements(table: string, procedure: string): MysqlStatements {
   return {
     ...sharedStatements<never>(mysqlDialect, table),
@@ -91,6 +95,25 @@ export function mysqlSchema(table: string, schemaTable: string, indexName: strin
 const SAFE = "9007199254740991";
 /** UTF-8 text round-trips through utf8mb4 unchanged (MariaDB turns bad bytes into `?`, MySQL 8 into NULL). */
 const utf8 = (v: string) => `CAST(CONVERT(${v} USING utf8mb4) AS BINARY) <=> ${v}`;
+const int = (v: string) => `${v} BETWEEN -${SAFE} AND ${SAFE}`;
+
+/**
+ * A row `decodeRecord` refuses (`v` prefixes the column names: `""` for the columns themselves,
+ * `"v_"` for the procedure's copies): an unknown state, a fence below 1, a time or fence beyond a
+ * double's exact integers, text that is not UTF-8.
+ */
+function corrupt(v: string): string {
+  return [
+    `${v}state NOT IN ('claimed', 'done')`,
+    `NOT (${v}fence BETWEEN 1 AND ${SAFE})`,
+    `NOT (${int(`${v}lease_until`)})`,
+    `NOT (${int(`${v}expires_at`)})`,
+    `NOT (${int(`${v}claimed_at`)})`,
+    `NOT (${int(`IFNULL(${v}completed_at, 0)`)})`,
+    `NOT (${utf8(`${v}token`)})`,
+    `NOT (${utf8(`IFNULL(${v}fingerprint, '')`)})`,
+  ].join(" OR ");
+}
 
 /**
  * The session `sql_mode` the procedure is created under (a procedure keeps the mode it was created
@@ -101,9 +124,11 @@ const utf8 = (v: string) => `CAST(CONVERT(${v} USING utf8mb4) AS BINARY) <=> ${v
 export const PROCEDURE_SQL_MODE = "STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION";
 
 export interface ClaimProcedure {
-  /** `CREATE PROCEDURE …` (MySQL 8 has no `CREATE OR REPLACE PROCEDURE`: drop it first). */
-  readonly create: string;
-  readonly drop: string;
+  /** The two procedures' names: the claim, and the full decision it calls when its fast paths miss. */
+  readonly names: readonly [string, string];
+  /** `CREATE PROCEDURE …`, in order (MySQL 8 has no `CREATE OR REPLACE PROCEDURE`: drop them first). */
+  readonly create: readonly string[];
+  readonly drop: readonly string[];
   /**
    * The procedure's `COMMENT`, which carries a digest of its body: `migrate()` recreates the
    * procedure exactly when the stored comment differs (a new oncely, a new table layout), and a
@@ -139,10 +164,40 @@ export interface ClaimProcedure {
  * Creating it needs CREATE ROUTINE (and ALTER ROUTINE to replace it); calling it, EXECUTE (the
  * creator has it; `SQL SECURITY INVOKER`, so it runs with the caller's table privileges).
  */
-export function claimProcedure(table: string, procedure: string): ClaimProcedure {
+export function claimProcedure(table: string, procedure: string, decide: string): ClaimProcedure {
   const key = "`key`";
   const written = columnList(mysqlDialect.quote, RECORD_COLUMNS);
-  const body = `BEGIN
+  const row = `namespace = p_namespace AND ${key} = p_key`;
+  const parameters = `(
+    IN p_namespace LONGBLOB, IN p_key LONGBLOB, IN p_token LONGBLOB,
+    IN p_lease BIGINT, IN p_ttl BIGINT, IN p_fingerprint LONGBLOB)`;
+  // the hot paths: a CALL pays for every DECLARE of its procedure, so the two fast paths declare
+  // almost nothing and the full decision is a procedure of its own, called only when they miss
+  const fast = `claim: BEGIN
+  DECLARE v_duplicate BOOLEAN DEFAULT FALSE;
+  DECLARE v_now BIGINT DEFAULT ${NOW_MS};
+  DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = TRUE; /* ER_DUP_ENTRY */
+  /* fast path 1, planClaim's two reports on one unlocked read: done before expiry, or a live lease
+     of another call (not corrupt, not expired, not this call's own token); nothing is written */
+  SELECT IF(state = 'done', 'done', 'held') AS verdict, fence, lease_until, expires_at, fingerprint,
+      result, completed_at, claimed_at, IF(state = 'done', NULL, lease_until - v_now) AS remaining
+    FROM ${table} WHERE ${row} AND NOT (${corrupt("")}) AND v_now < expires_at
+      AND (state = 'done' OR (NOT (token <> '' AND token = p_token) AND v_now < lease_until));
+  IF FOUND_ROWS() = 1 THEN LEAVE claim; END IF;
+  /* fast path 2, planClaim's first check: absent, won with fence 1 (a duplicate key: there is a row) */
+  INSERT INTO ${table} (${written})
+    VALUES (p_namespace, p_key, 'claimed', 1, p_token, v_now + p_lease, v_now + p_lease + p_ttl,
+            p_fingerprint, NULL, v_now, NULL);
+  IF v_duplicate THEN
+    /* the row is there and no report: all of planClaim decides on it */
+    CALL ${decide}(p_namespace, p_key, p_token, p_lease, p_ttl, p_fingerprint);
+  ELSE
+    SELECT 'absent' AS verdict, 1 AS fence, v_now + p_lease AS lease_until,
+      v_now + p_lease + p_ttl AS expires_at, p_fingerprint AS fingerprint, NULL AS result,
+      NULL AS completed_at, v_now AS claimed_at, NULL AS remaining;
+  END IF;
+END`;
+  const full = `BEGIN
   DECLARE v_attempt INT DEFAULT 0;
   DECLARE v_found, v_duplicate BOOLEAN DEFAULT FALSE;
   DECLARE v_verdict VARCHAR(10) CHARACTER SET ascii;
@@ -163,16 +218,12 @@ export function claimProcedure(table: string, procedure: string): ClaimProcedure
     SET v_found = TRUE, v_duplicate = FALSE, v_now = ${NOW_MS};
     SELECT state, fence, token, lease_until, expires_at, fingerprint, result, claimed_at, completed_at
       INTO v_state, v_fence, v_token, v_lease_until, v_expires_at, v_fingerprint, v_result, v_claimed_at, v_completed_at
-      FROM ${table} WHERE namespace = p_namespace AND ${key} = p_key;
+      FROM ${table} WHERE ${row};
     /* planClaim, in its order of checks */
     IF NOT v_found THEN
       /* absent: won, fence 1 */
       SET v_verdict = 'absent', w_fence = 1;
-    ELSEIF v_state NOT IN ('claimed', 'done') OR NOT (v_fence BETWEEN 1 AND ${SAFE})
-        OR NOT (v_lease_until BETWEEN -${SAFE} AND ${SAFE}) OR NOT (v_expires_at BETWEEN -${SAFE} AND ${SAFE})
-        OR NOT (v_claimed_at BETWEEN -${SAFE} AND ${SAFE})
-        OR NOT (IFNULL(v_completed_at, 0) BETWEEN -${SAFE} AND ${SAFE})
-        OR NOT (${utf8("v_token")}) OR NOT (${utf8("IFNULL(v_fingerprint, '')")}) THEN
+    ELSEIF ${corrupt("v_")} THEN
       /* corrupt (what decodeRecord refuses): won, the fence continues above a readable one */
       SET v_verdict = 'corrupt', w_fence = IF(v_fence BETWEEN 1 AND ${SAFE}, v_fence, 0) + 1;
     ELSEIF v_now >= v_expires_at THEN
@@ -209,7 +260,7 @@ export function claimProcedure(table: string, procedure: string): ClaimProcedure
       UPDATE ${table} SET state = 'claimed', fence = w_fence, token = p_token, lease_until = w_lease_until,
           expires_at = w_lease_until + p_ttl, fingerprint = w_fingerprint, result = NULL,
           claimed_at = w_claimed_at, completed_at = NULL
-        WHERE namespace = p_namespace AND ${key} = p_key
+        WHERE ${row}
           AND state <=> v_state AND fence <=> v_fence AND token <=> v_token
           AND lease_until <=> v_lease_until AND expires_at <=> v_expires_at AND claimed_at <=> v_claimed_at;
       IF ROW_COUNT() = 1 THEN LEAVE decide; END IF;
@@ -219,22 +270,25 @@ export function claimProcedure(table: string, procedure: string): ClaimProcedure
   IF v_verdict IN ('done', 'held') THEN
     SELECT v_verdict AS verdict, v_fence AS fence, v_lease_until AS lease_until,
       v_expires_at AS expires_at, v_fingerprint AS fingerprint, v_result AS result,
-      v_completed_at AS completed_at, v_claimed_at AS claimed_at, v_lease_until - v_now AS remaining;
+      v_completed_at AS completed_at, v_claimed_at AS claimed_at,
+      IF(v_verdict = 'done', NULL, v_lease_until - v_now) AS remaining;
   ELSE
     SELECT v_verdict AS verdict, w_fence AS fence, w_lease_until AS lease_until,
       w_lease_until + p_ttl AS expires_at, w_fingerprint AS fingerprint, NULL AS result,
       NULL AS completed_at, w_claimed_at AS claimed_at, NULL AS remaining;
   END IF;
 END`;
-  const digest = createHash("sha256").update(body).digest("hex").slice(0, 16);
+  const digest = createHash("sha256").update(fast).update(full).digest("hex").slice(0, 16);
   const comment = `oncely claim v${MYSQL_SCHEMA_VERSION} ${digest}`;
+  const characteristics = `MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '${comment}'`;
   return {
-    create: `CREATE PROCEDURE ${procedure}(
-    IN p_namespace LONGBLOB, IN p_key LONGBLOB, IN p_token LONGBLOB,
-    IN p_lease BIGINT, IN p_ttl BIGINT, IN p_fingerprint LONGBLOB)
-  MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '${comment}'
-${body}`,
-    drop: `DROP PROCEDURE IF EXISTS ${procedure}`,
+    names: [procedure, decide],
+    // the decision first: the claim procedure calls it
+    create: [
+      `CREATE PROCEDURE ${mysqlDialect.quote(decide)}${parameters}\n  ${characteristics}\n${full}`,
+      `CREATE PROCEDURE ${mysqlDialect.quote(procedure)}${parameters}\n  ${characteristics}\n${fast}`,
+    ],
+    drop: [procedure, decide].map((name) => `DROP PROCEDURE IF EXISTS ${mysqlDialect.quote(name)}`),
     comment,
   };
 }
