@@ -228,4 +228,39 @@ describe("postgres backend: beyond the contract", () => {
       await backend.close();
     }
   });
+
+  it("a claim whose function finds the row taken under the lock runs again and reports it held", async () => {
+    const backend = make();
+    const k = `k-${randomUUID()}`;
+    const table = `"${schema}"."oncely_records"`;
+    const first = (await backend.claim(k, claimOptions(30))) as Won;
+    await sleep(80); // lapsed: the next claim's read will find it claimable
+    const blocker = await pool.connect();
+    try {
+      await blocker.query("BEGIN");
+      // another claimer takes it over, not yet committed: the row is locked, its old version lapsed
+      await blocker.query(
+        `UPDATE ${table} SET fence = fence + 1, token = 'other', lease_until = lease_until + 600000
+         WHERE key = $1`,
+        [k],
+      );
+      const claiming = backend.claim(k, claimOptions());
+      let waiting = false;
+      for (let i = 0; i < 200 && !waiting; i++) {
+        const { rows } = await pool.query(
+          "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%records_claim%'",
+        );
+        waiting = rows.length > 0;
+        if (!waiting) await sleep(10);
+      }
+      assert.ok(waiting, "the claim's function waited on the row lock");
+      await blocker.query("COMMIT");
+      const outcome = await claiming;
+      assert.equal(outcome.kind, "held");
+      assert.equal(outcome.kind === "held" ? outcome.fence : 0, first.claim.fence + 1);
+      assert.equal((await backend.get(k))?.token, "other", "nothing was written over the new holder");
+    } finally {
+      blocker.release();
+    }
+  });
 });

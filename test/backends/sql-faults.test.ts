@@ -66,7 +66,7 @@ describe("postgres: the server terminates the connection mid-claim", () => {
   async function waitingClaimPid(): Promise<number> {
     for (let i = 0; i < 200; i++) {
       const { rows } = await direct.query(
-        "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH seen AS%'",
+        "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%records_claim%'",
       );
       if (rows[0] !== undefined) return rows[0].pid as number;
       await sleep(20);

@@ -1,4 +1,4 @@
-import { ConfigurationError } from "../../core/errors.js";
+import { ConfigurationError, StorageError } from "../../core/errors.js";
 import { validateNamespace } from "../../core/namespace.js";
 import { visible } from "../../core/transitions.js";
 import type {
@@ -52,6 +52,8 @@ export interface PostgresBackendOptions extends SqlServerOptions {
 }
 
 const BACKEND = "postgres";
+/** How many times a claim runs again after its function found the row settled under the lock. */
+const CLAIM_ATTEMPTS = 10;
 const SCHEMA_VERSION = POSTGRES_SCHEMA_VERSION;
 /** How much longer than its wait a waiter's mark lasts (the two clocks' timers drift a little). */
 const WATCH_SLACK_MS = 1_000;
@@ -233,19 +235,32 @@ export class PostgresBackend implements Backend {
    * or `held` (with the time left on the database clock), writing nothing.
    */
   async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
-    const { rows } = await this.#run("claim", key, this.#statements.claim, {
+    const values = {
       namespace: this.#namespace,
       key,
       token: options.token,
       lease: wholeMs(BACKEND, "leaseMs", options.leaseMs),
       ttl: wholeMs(BACKEND, "ttlMs", options.ttlMs),
       fingerprint: options.fingerprint ?? null,
-    });
-    try {
-      return claimOutcomeOf(key, options, rows[0]);
-    } catch (cause) {
-      throw sqlStorageError(BACKEND, "claim", key, cause);
+    };
+    for (let attempt = 1; attempt <= CLAIM_ATTEMPTS; attempt++) {
+      const { rows } = await this.#run("claim", key, this.#statements.claim, values);
+      try {
+        const row = rows[0];
+        const won = row?.won;
+        if (won === null || won === undefined) return claimOutcomeOf(key, options, row);
+        if (won === "rerun") continue; // settled while the function waited for the row lock
+        const [via, fence, leaseUntil] = String(won).split(":");
+        return claimOutcomeOf(key, options, { verdict: via, fence, lease_until: leaseUntil });
+      } catch (cause) {
+        throw sqlStorageError(BACKEND, "claim", key, cause);
+      }
     }
+    throw new StorageError(`claim did not settle after ${CLAIM_ATTEMPTS} attempts`, {
+      backend: BACKEND,
+      operation: "claim",
+      key,
+    });
   }
 
   async #flag(

@@ -60,7 +60,10 @@ const TOPIC_OF_NEW = `left(md5(convert_to(NEW.namespace, 'UTF8') || '\\x00'::byt
 export type ClaimParams = "namespace" | "key" | "token" | "lease" | "ttl" | "fingerprint";
 
 export interface PostgresStatements extends SharedStatements {
-  /** One row from the claim function: `verdict` is the `via` of a win, or `done` / `held`. */
+  /**
+   * One row: `verdict` `done` or `held` with the record's columns, or `won` (the claim function's
+   * answer: `via:fence:lease_until`, or `rerun`).
+   */
   readonly claim: Compiled<ClaimParams>;
   /**
    * A waiter marks the row watched until now + `ms` (database clock) and reads, in the same
@@ -79,29 +82,28 @@ export function postgresStatements(table: string, claimFunction: string): Postgr
   const shared = sharedStatements<never>(postgresDialect, table);
   return {
     ...shared,
-    // mirrors planClaim. `seen` judges the row in the statement's snapshot: done or held is reported
-    // from that read alone (no lock, no write, no function call: a duplicate costs one index read).
-    // Anything else runs the claim function, which decides again on the latest version.
+    // mirrors planClaim. The row is judged in the statement's snapshot, in planClaim's order: done or
+    // held is reported from that read alone (no lock, no write, and the function is not called: a
+    // duplicate costs one index read). `won` runs the claim function only when the read found no
+    // row, or one that planClaim would take (corrupt, expired, the caller's own token, lapsed); it
+    // decides again on the latest version and answers `via:fence:lease_until`, or `rerun` when that
+    // version turned out done or held (the rerun reports it from its read).
     claim: compile(
       postgresDialect,
-      `WITH seen AS (
-         SELECT CASE
-             WHEN NOT COALESCE(state IN ('claimed', 'done') AND fence >= 1, false) THEN NULL
-             WHEN ${NOW_MS} >= expires_at THEN NULL
-             WHEN state = 'done' THEN 'done'
-             WHEN token <> '' AND token = :token THEN NULL
-             WHEN ${NOW_MS} < lease_until THEN 'held'
-           END AS verdict,
-           fence, lease_until, expires_at, fingerprint, result, completed_at, claimed_at,
-           lease_until - ${NOW_MS} AS remaining
-         FROM ${table} WHERE namespace = :namespace AND key = :key
-       )
-       SELECT * FROM seen WHERE verdict IS NOT NULL
-       UNION ALL
-       SELECT f.verdict, f.fence, f.lease_until, f.expires_at, f.fingerprint, f.result, f.completed_at,
-              f.claimed_at, f.remaining
-       FROM ${claimFunction}(:namespace, :key, :token, :lease, :ttl, :fingerprint) f
-       WHERE NOT EXISTS (SELECT 1 FROM seen WHERE verdict IS NOT NULL)`,
+      `SELECT j.verdict, r.fence, r.lease_until, r.expires_at, r.fingerprint, r.result, r.completed_at,
+              r.claimed_at, r.lease_until - ${NOW_MS} AS remaining,
+              CASE WHEN j.verdict IS NULL
+                   THEN ${claimFunction}(:namespace, :key, :token, :lease, :ttl, :fingerprint) END AS won
+       FROM (SELECT 1) o
+       LEFT JOIN ${table} r ON r.namespace = :namespace AND r.key = :key
+       CROSS JOIN LATERAL (SELECT CASE
+           WHEN r.namespace IS NULL THEN NULL
+           WHEN NOT COALESCE(r.state IN ('claimed', 'done') AND r.fence >= 1, false) THEN NULL
+           WHEN ${NOW_MS} >= r.expires_at THEN NULL
+           WHEN r.state = 'done' THEN 'done'
+           WHEN r.token <> '' AND r.token = :token THEN NULL
+           WHEN ${NOW_MS} < r.lease_until THEN 'held'
+         END AS verdict) j`,
     ),
     watch: compile(
       postgresDialect,
@@ -143,20 +145,20 @@ const VERDICT = `CASE
  * a concurrent first insert of the key to settle, then conflicts); on a conflict it locks the row
  * (FOR UPDATE reads the latest committed version), judges that version in planClaim's order and
  * overwrites it when it is corrupt (fence continued), expired or lapsed (fence + 1) or the caller's
- * own token (re-affirmed: same fence, claimedAt and fingerprint); a row found done or held under
- * the lock is reported. A row purged between the insert and the lock is inserted again.
+ * own token (re-affirmed: same fence, claimedAt and fingerprint), answering `via:fence:lease_until`.
+ * A row found done or held under the lock answers `rerun`. A row purged between the insert and the
+ * lock is inserted again.
  */
 function claimFunction(table: string, name: string): string {
-  return `CREATE OR REPLACE FUNCTION ${name}(
-    p_namespace text, p_key text, p_token text, p_lease bigint, p_ttl bigint, p_fingerprint text,
-    OUT verdict text, OUT fence bigint, OUT lease_until bigint, OUT expires_at bigint, OUT fingerprint text,
-    OUT result bytea, OUT completed_at bigint, OUT claimed_at bigint, OUT remaining bigint)
-  LANGUAGE plpgsql VOLATILE AS $oncely$
+  return `CREATE FUNCTION ${name}(
+    p_namespace text, p_key text, p_token text, p_lease bigint, p_ttl bigint, p_fingerprint text)
+  RETURNS text LANGUAGE plpgsql VOLATILE AS $oncely$
   #variable_conflict use_column
   DECLARE
     now_ms bigint := ${NOW_MS};
     r ${table}%ROWTYPE;
     v text;
+    won_fence bigint;
   BEGIN
     FOR attempt IN 1..10 LOOP
       INSERT INTO ${table} AS c (${columnList(postgresDialect.quote, RECORD_COLUMNS)})
@@ -164,17 +166,13 @@ function claimFunction(table: string, name: string): string {
               p_fingerprint, NULL, now_ms, NULL)
       ON CONFLICT (namespace, key) DO NOTHING;
       IF FOUND THEN
-        verdict := 'absent'; fence := 1; lease_until := now_ms + p_lease;
-        RETURN;
+        RETURN 'absent:1:' || (now_ms + p_lease);
       END IF;
       SELECT * INTO r FROM ${table} c WHERE c.namespace = p_namespace AND c.key = p_key FOR UPDATE;
       IF NOT FOUND THEN CONTINUE; END IF; -- purged meanwhile: a first claim again
       v := ${VERDICT};
       IF v IN ('done', 'held') THEN
-        verdict := v; fence := r.fence; lease_until := r.lease_until; expires_at := r.expires_at;
-        fingerprint := r.fingerprint; result := r.result; completed_at := r.completed_at;
-        claimed_at := r.claimed_at; remaining := r.lease_until - now_ms;
-        RETURN;
+        RETURN 'rerun'; -- settled meanwhile: the statement's next read reports it
       END IF;
       UPDATE ${table} c SET
         state = 'claimed',
@@ -187,9 +185,8 @@ function claimFunction(table: string, name: string): string {
         claimed_at = CASE WHEN v = 'reaffirmed' THEN r.claimed_at ELSE now_ms END,
         completed_at = NULL
       WHERE c.namespace = p_namespace AND c.key = p_key
-      RETURNING c.fence, c.lease_until INTO fence, lease_until;
-      verdict := v;
-      RETURN;
+      RETURNING c.fence INTO won_fence;
+      RETURN v || ':' || won_fence || ':' || (now_ms + p_lease);
     END LOOP;
     RAISE EXCEPTION 'oncely: claim did not settle after 10 attempts';
   END
@@ -252,6 +249,8 @@ export function postgresSchema(
      )`,
     `ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS watched_until BIGINT`,
     `CREATE INDEX IF NOT EXISTS ${indexName} ON ${table} (expires_at)`,
+    // version 2's first layout returned a row type; a changed return type needs a new function
+    `DROP FUNCTION IF EXISTS ${claimFunctionQualified}(text, text, text, bigint, bigint, text)`,
     claimFunction(table, claimFunctionQualified),
     ...notifyTrigger(table, notifyQualified, notifyName),
     `CREATE TABLE IF NOT EXISTS ${schemaTable} (table_name TEXT PRIMARY KEY, version INTEGER NOT NULL)`,
