@@ -40,8 +40,8 @@ backendContract(
     create: ({ namespace }) => new MysqlBackend({ pool, namespace }),
     createWithoutNamespace: () => new MysqlBackend({ pool }),
     supports: { purgeExpired: true, notifications: false },
-    // a claim here is a read and a conditional write (two round trips through a pool of 20 for 50
-    // racers): a longer lease keeps the racers' reads within the winner's lease on a loaded machine
+    // 50 racers through a pool of 20: a longer lease keeps the last racers' claims within the
+    // winner's lease on a loaded machine
     serverLeaseMs: 1_000,
     corrupt: async (_backend, key) => {
       await pool.query("UPDATE oncely_records SET state = 'garbage', result = x'00ff' WHERE `key` = ?", [

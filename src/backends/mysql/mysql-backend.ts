@@ -81,8 +81,9 @@ function int(value: unknown, what: string): number {
  * Every transition is one round trip. `complete`, `release` and `renew` are one UPDATE each, decided
  * on the row it locks (the shared statements). MySQL has no `RETURNING` for an upsert, so `claim` is
  * one `CALL` of the table's claim procedure (`claimProcedure` in `mysql-statements.ts`), which runs
- * `planClaim`'s checks on the server and answers with one row: a new key costs that call and its
- * INSERT, a duplicate or a live holder one unlocked read, writing nothing.
+ * `planClaim`'s checks on the server and answers with one row: a duplicate or a live holder costs
+ * one unlocked read and writes nothing, a new key that read and its INSERT; anything else (lapsed,
+ * expired, corrupt, a retried call) a compare-and-set UPDATE.
  *
  * The pool's connections must allow a procedure to return a result set (`CLIENT_MULTI_RESULTS`,
  * on in mysql2 by default); `multipleStatements` is not needed. Waits poll (no notifications). The

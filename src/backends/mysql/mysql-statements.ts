@@ -6,7 +6,7 @@
  * the session's nor the server's `time_zone` enters a decision (no DST hour can repeat or vanish);
  * the only assumption is that the server's system clock is right. Like `NOW()`, it is one instant
  * for the whole statement (inside a procedure: for each statement of its body, so the claim reads it
- * once into a variable and decides on that one instant).
+ * once into a variable per decision and decides on that one instant).
  */
 import { createHash } from "node:crypto";
 import { columnList, RECORD_COLUMNS } from "../sql/columns.js";
@@ -130,23 +130,31 @@ export interface ClaimProcedure {
   readonly create: readonly string[];
   readonly drop: readonly string[];
   /**
-   * The procedure's `COMMENT`, which carries a digest of its body: `migrate()` recreates the
-   * procedure exactly when the stored comment differs (a new oncely, a new table layout), and a
+   * Both procedures' `COMMENT`, which carries a digest of their bodies: `migrate()` recreates them
+   * exactly when a stored comment differs or is missing (a new oncely, a dropped procedure), and a
    * second `migrate()` changes nothing.
    */
   readonly comment: string;
 }
 
 /**
- * The claim as one stored procedure: `planClaim` (src/core/transitions.ts) on the database clock,
- * returning one row, so that a claim is one round trip whether it wins, reports `done` or `held`.
+ * The claim as one `CALL`: `planClaim` (src/core/transitions.ts) on the database clock, answering
+ * with one row, so that a claim is one round trip whether it wins, reports `done` or `held`.
  *
- * It reads the row without locking it (a duplicate or a live holder costs that read and writes
- * nothing), decides in `planClaim`'s order of checks, and writes the decision as one conditional
- * statement: an INSERT for a new key (a duplicate key means a concurrent claim inserted first), or an
- * UPDATE that applies only if the row is still exactly the version decided on (compare-and-set). A
- * lost race decides again on a fresh read, at most `CLAIM_ATTEMPTS` times, so no decision rests on a
- * stale row and no transaction spans two statements. Each statement autocommits on its own.
+ * `<table>_claim` takes the two common cases on their cheapest path: one unlocked read that answers
+ * planClaim's two reports (done before expiry; a live lease of another call) and writes nothing, and
+ * else an INSERT, which wins a new key with fence 1. A duplicate key there means the row exists
+ * (lapsed, expired, corrupt, this call's own, or inserted by a concurrent claim a moment ago); then
+ * `<table>_claim_decide` reads it and runs all of planClaim in its order of checks, writing the
+ * decision as one conditional statement: an INSERT if the row vanished meanwhile, or an UPDATE that
+ * applies only if the row is still exactly the version decided on (compare-and-set). A lost race
+ * decides again on a fresh read, at most `CLAIM_ATTEMPTS` times, so no decision rests on a stale row
+ * and no transaction spans two statements: each statement autocommits on its own, and the first
+ * insert of a key has exactly one winner (the primary key). The decision lives in a procedure of its
+ * own because a CALL pays for every DECLARE of its procedure: the fast paths declare almost nothing.
+ *
+ * The answer is the last result set with a row (the fast read sends an empty one when it misses);
+ * its columns are those `../sql/claim-row.ts` reads.
  *
  * Parameters are LONGBLOB, wider than their columns: a parameter takes the *caller's* `sql_mode`, so
  * a narrow one would truncate a long key silently in a non-strict session (two keys becoming one),
@@ -157,12 +165,17 @@ export interface ClaimProcedure {
  * nothing (re-affirming a claim in the millisecond it was made, with the same lease) is answered
  * without writing, so every UPDATE sent changes its row and both readings agree.
  *
- * MySQL 8 and MariaDB 10.11 read this body alike (DECLARE … HANDLER, labelled LOOP, SIGNAL). Where
- * they differ it does not matter here: `CONVERT(… USING utf8mb4)` of invalid bytes is `?`-replaced on
- * MariaDB and NULL on MySQL 8 (`<=>` tells both apart from the original); and a procedure (unlike a
- * function) needs no `log_bin_trust_function_creators` on a MySQL 8 server with binary logging on.
- * Creating it needs CREATE ROUTINE (and ALTER ROUTINE to replace it); calling it, EXECUTE (the
- * creator has it; `SQL SECURITY INVOKER`, so it runs with the caller's table privileges).
+ * MySQL 8 and MariaDB 10.11 read these bodies alike (DECLARE … DEFAULT expression, handlers, labelled
+ * blocks and loops, SIGNAL, a nested CALL). Where they differ it does not matter here:
+ * `CONVERT(… USING utf8mb4)` of invalid bytes is `?`-replaced on MariaDB and NULL on MySQL 8 (`<=>`
+ * tells both apart from the original); `FOUND_ROWS()` is deprecated on MySQL 8.0.17+ (a warning when
+ * the body is parsed; it still counts the rows the last SELECT sent) and current on MariaDB; a
+ * procedure, unlike a function, needs no `log_bin_trust_function_creators` on a MySQL 8 server with
+ * binary logging on; and neither has `INSERT … RETURNING` for this (MariaDB's would send a result set
+ * before a duplicate key fails the insert), hence the SELECT after the INSERT.
+ *
+ * Creating them needs CREATE ROUTINE (and ALTER ROUTINE to replace it); calling it, EXECUTE (the
+ * creator has it; `SQL SECURITY INVOKER`, so they run with the caller's table privileges).
  */
 export function claimProcedure(table: string, procedure: string, decide: string): ClaimProcedure {
   const key = "`key`";
@@ -278,7 +291,7 @@ END`;
       NULL AS completed_at, w_claimed_at AS claimed_at, NULL AS remaining;
   END IF;
 END`;
-  const digest = createHash("sha256").update(fast).update(full).digest("hex").slice(0, 16);
+  const digest = createHash("sha256").update(parameters).update(fast).update(full).digest("hex").slice(0, 16);
   const comment = `oncely claim v${MYSQL_SCHEMA_VERSION} ${digest}`;
   const characteristics = `MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '${comment}'`;
   return {
