@@ -247,11 +247,17 @@ export class PostgresBackend implements Backend {
       const { rows } = await this.#run("claim", key, this.#statements.claim, values);
       try {
         const row = rows[0];
-        const won = row?.won;
-        if (won === null || won === undefined) return claimOutcomeOf(key, options, row);
-        if (won === "rerun") continue; // settled while the function waited for the row lock
-        const [via, fence, leaseUntil] = String(won).split(":");
-        return claimOutcomeOf(key, options, { verdict: via, fence, lease_until: leaseUntil });
+        const outcome = row?.outcome;
+        if (typeof outcome !== "string") throw new Error(`unexpected claim outcome ${String(outcome)}`);
+        if (outcome === "rerun") continue; // settled while the function waited for the row lock
+        const [verdict, fence, a, b] = outcome.split(":");
+        const fields =
+          verdict === "done"
+            ? { expires_at: a, completed_at: b, fingerprint: row?.fingerprint, result: row?.result }
+            : verdict === "held"
+              ? { lease_until: a, remaining: b, fingerprint: row?.fingerprint }
+              : { lease_until: a };
+        return claimOutcomeOf(key, options, { verdict, fence, ...fields });
       } catch (cause) {
         throw sqlStorageError(BACKEND, "claim", key, cause);
       }

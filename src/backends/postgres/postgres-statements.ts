@@ -61,8 +61,8 @@ export type ClaimParams = "namespace" | "key" | "token" | "lease" | "ttl" | "fin
 
 export interface PostgresStatements extends SharedStatements {
   /**
-   * One row: `verdict` `done` or `held` with the record's columns, or `won` (the claim function's
-   * answer: `via:fence:lease_until`, or `rerun`).
+   * One row: `outcome` (`done:fence:expires_at:completed_at`, `held:fence:lease_until:remaining`,
+   * `via:fence:lease_until` of a win, or `rerun`), and the read row's `fingerprint` and `result`.
    */
   readonly claim: Compiled<ClaimParams>;
   /**
@@ -84,26 +84,29 @@ export function postgresStatements(table: string, claimFunction: string): Postgr
     ...shared,
     // mirrors planClaim. The row is judged in the statement's snapshot, in planClaim's order: done or
     // held is reported from that read alone (no lock, no write, and the function is not called: a
-    // duplicate costs one index read). `won` runs the claim function only when the read found no
-    // row, or one that planClaim would take (corrupt, expired, the caller's own token, lapsed); it
-    // decides again on the latest version and answers `via:fence:lease_until`, or `rerun` when that
-    // version turned out done or held (the rerun reports it from its read).
+    // duplicate costs one index read). The function runs only when the read found no row, or one
+    // that planClaim would take (corrupt, expired, the caller's own token, lapsed); it decides again
+    // on the latest version. One row of three columns (fewer columns, less to describe and parse):
+    // `outcome` is `done:fence:expires_at:completed_at`, `held:fence:lease_until:remaining`, the
+    // function's `via:fence:lease_until`, or its `rerun` when that version turned out done or held
+    // (the rerun reports it from its read); `fingerprint` and `result` are the read row's.
     claim: compile(
       postgresDialect,
-      `SELECT j.verdict, r.fence, r.lease_until, r.expires_at, r.fingerprint, r.result, r.completed_at,
-              r.claimed_at, r.lease_until - ${NOW_MS} AS remaining,
-              CASE WHEN j.verdict IS NULL
-                   THEN ${claimFunction}(:namespace, :key, :token, :lease, :ttl, :fingerprint) END AS won
+      `SELECT COALESCE(j.outcome, ${claimFunction}(:namespace, :key, :token, :lease, :ttl, :fingerprint))
+                AS outcome,
+              r.fingerprint, r.result
        FROM (SELECT 1) o
        LEFT JOIN ${table} r ON r.namespace = :namespace AND r.key = :key
        CROSS JOIN LATERAL (SELECT CASE
            WHEN r.namespace IS NULL THEN NULL
            WHEN NOT COALESCE(r.state IN ('claimed', 'done') AND r.fence >= 1, false) THEN NULL
            WHEN ${NOW_MS} >= r.expires_at THEN NULL
-           WHEN r.state = 'done' THEN 'done'
+           WHEN r.state = 'done'
+             THEN 'done:' || r.fence || ':' || r.expires_at || ':' || COALESCE(r.completed_at, r.claimed_at)
            WHEN r.token <> '' AND r.token = :token THEN NULL
-           WHEN ${NOW_MS} < r.lease_until THEN 'held'
-         END AS verdict) j`,
+           WHEN ${NOW_MS} < r.lease_until
+             THEN 'held:' || r.fence || ':' || r.lease_until || ':' || (r.lease_until - ${NOW_MS})
+         END AS outcome) j`,
     ),
     watch: compile(
       postgresDialect,
