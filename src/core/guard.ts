@@ -207,6 +207,8 @@ export class Guard<S, T = unknown> {
   readonly #surface: SurfaceSpec<S>;
   readonly #logger: ScopedLogger;
   readonly #lockOptions: Omit<LockOptions<T>, "backend">;
+  /** The prototype of every call's `lock` options (see `#callOptions`). */
+  #lockBase: Readonly<Omit<LockOptions<T>, "backend">> | undefined;
   #backend: Promise<Backend> | undefined;
   #built: Backend | undefined;
   #warnedDisabled = false;
@@ -446,14 +448,7 @@ export class Guard<S, T = unknown> {
         });
         return { kind: "ran", key, fence, value, committed: true, resultStored: false };
       }
-      const outcome = await lock(key, guarded, {
-        ...this.#lockOptions,
-        ...(span === undefined ? {} : { [TELEMETRY_PARENT]: span }),
-        backend,
-        fingerprint: call.fingerprint,
-        wait: call.wait ?? config.wait,
-        shouldCommit: call.commit,
-      });
+      const outcome = await lock(key, guarded, this.#callOptions(backend, call, span));
       if (outcome.kind === "duplicate") {
         return {
           kind: "duplicate",
@@ -517,6 +512,24 @@ export class Guard<S, T = unknown> {
       );
       return { kind: "failed", key, error, started: false };
     }
+  }
+
+  /**
+   * One call's `lock` options: its own fields over the configured ones, which it inherits. Spreading
+   * the configured options into a fresh object per call cost more than the rest of `lock` (a
+   * replay's whole path); an object over a prototype built once keeps `lock`'s reads monomorphic.
+   */
+  #callOptions(backend: Backend, call: RunOptions<T>, span: TelemetrySpan | undefined): LockOptions<T> {
+    this.#lockBase ??= { ...this.#lockOptions };
+    const options = Object.create(this.#lockBase) as {
+      -readonly [K in keyof LockOptions<T>]: LockOptions<T>[K];
+    } & { [TELEMETRY_PARENT]?: TelemetrySpan };
+    options.backend = backend;
+    options.fingerprint = call.fingerprint;
+    options.wait = call.wait ?? this.#config.wait;
+    options.shouldCommit = call.commit;
+    if (span !== undefined) options[TELEMETRY_PARENT] = span;
+    return options;
   }
 
   #safeKey(subject: S): string | undefined {

@@ -17,21 +17,30 @@ export interface ReadBody {
 }
 
 /**
- * Reads the request's body for the fingerprint, up to `maxBytes`, and rebuilds the request around
- * the bytes so the handler still gets an unread body (cheaper than `clone()`, whose tee costs more
- * than the rest of the guard). A body over the limit (by `Content-Length` or counted) is
- * `"too_large"`; the handler then gets the bytes read so far followed by the rest of the stream.
+ * Reads the request's body for the fingerprint, up to `maxBytes`, and hands the handler a request
+ * whose body is still unread (see `bufferedRequest`; cheaper than `clone()`, whose tee costs more
+ * than the rest of the guard, and than rebuilding a `Request`). A body over the limit (by
+ * `Content-Length` or counted) is `"too_large"`; the handler then gets the bytes read so far followed
+ * by the rest of the stream.
+ *
+ * A declared `Content-Length` is read in one `arrayBuffer()` without touching `request.body` first:
+ * runtimes with a lightweight request (`@hono/node-server`) read the socket directly for it, and
+ * build a full `Request` and stream only when `body` is read.
  */
 export async function readFetchBody(request: Request, maxBytes: number): Promise<ReadBody> {
-  if (request.body === null) return { body: NONE, request };
   const declared = request.headers.get("content-length");
-  if (declared !== null && Number(declared) > maxBytes) return { body: "too_large", request };
   if (declared !== null) {
+    if (Number(declared) > maxBytes) return { body: "too_large", request };
+    if (declared === "0") return { body: NONE, request };
     // A declared length within the limit: one read (a fast path on runtimes that have one).
     const bytes = new Uint8Array(await request.arrayBuffer());
     if (bytes.length > maxBytes) return { body: "too_large", request: rebuilt(request, bytes) };
-    return { body: bytes.length === 0 ? NONE : { kind: "bytes", bytes }, request: rebuilt(request, bytes) };
+    return {
+      body: bytes.length === 0 ? NONE : { kind: "bytes", bytes },
+      request: bufferedRequest(request, bytes),
+    };
   }
+  if (request.body === null) return { body: NONE, request };
   const reader = request.body.getReader();
   const chunks: Uint8Array[] = [];
   let total = 0;
@@ -43,7 +52,7 @@ export async function readFetchBody(request: Request, maxBytes: number): Promise
     if (total > maxBytes) return { body: "too_large", request: rebuilt(request, prefixed(chunks, reader)) };
   }
   const bytes = concat(chunks, total);
-  return { body: total === 0 ? NONE : { kind: "bytes", bytes }, request: rebuilt(request, bytes) };
+  return { body: total === 0 ? NONE : { kind: "bytes", bytes }, request: bufferedRequest(request, bytes) };
 }
 
 function rebuilt(request: Request, body: Uint8Array | ReadableStream<Uint8Array>): Request {
@@ -51,6 +60,77 @@ function rebuilt(request: Request, body: Uint8Array | ReadableStream<Uint8Array>
     body,
     ...(body instanceof Uint8Array ? {} : { duplex: "half" }),
   } as RequestInit);
+}
+
+/** Members of a request that never involve its body: read from the original as they are. */
+const BODYLESS = new Set<string | symbol>(["method", "url", "headers", "signal", "keepalive", "duplex"]);
+
+const decoder = new TextDecoder();
+
+/**
+ * `request` (whose body was consumed) with its body unread again, served from `bytes`: `text()`,
+ * `json()` and `arrayBuffer()` answer from the bytes, once, as a `Request` would (a second read
+ * rejects); the method, URL, headers and signal are the original's. Anything else that touches the
+ * body (`body`, `clone()`, `formData()`, a runtime's internal slots, `new Request(this)`) goes to a
+ * real `Request` rebuilt around the bytes on first use, so every member still behaves as a `Request`.
+ * It is a `Proxy` of the original, so `instanceof Request` holds.
+ */
+export function bufferedRequest(request: Request, bytes: Uint8Array): Request {
+  return new Proxy(request, new BufferedBody(request, bytes));
+}
+
+type BodyReader = "arrayBuffer" | "text" | "json";
+
+/** The `Proxy` handler behind `bufferedRequest`: one per request, no closures until a member is read. */
+class BufferedBody implements ProxyHandler<Request> {
+  readonly #request: Request;
+  readonly #bytes: Uint8Array;
+  #used = false;
+  #real: Request | undefined;
+
+  constructor(request: Request, bytes: Uint8Array) {
+    this.#request = request;
+    this.#bytes = bytes;
+  }
+
+  get(target: Request, name: string | symbol): unknown {
+    if (this.#real === undefined) {
+      if (name === "arrayBuffer" || name === "text" || name === "json") return () => this.#read(name);
+      if (name === "bodyUsed") return this.#used;
+    }
+    const source = BODYLESS.has(name) ? target : this.#materialize();
+    const value: unknown = Reflect.get(source, name, source);
+    return typeof value === "function" ? value.bind(source) : value;
+  }
+
+  has(target: Request, name: string | symbol): boolean {
+    return Reflect.has(typeof name === "string" ? target : this.#materialize(), name);
+  }
+
+  #read(reader: BodyReader): Promise<unknown> {
+    if (this.#real !== undefined) return this.#real[reader]();
+    if (this.#used) return Promise.reject(new TypeError("Body is unusable: Body has already been read"));
+    this.#used = true;
+    const bytes = this.#bytes;
+    try {
+      if (reader === "arrayBuffer") {
+        return Promise.resolve(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
+      }
+      const text = decoder.decode(bytes);
+      return Promise.resolve(reader === "text" ? text : (JSON.parse(text) as unknown));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  #materialize(): Request {
+    if (this.#real !== undefined) return this.#real;
+    const real = rebuilt(this.#request, this.#bytes);
+    this.#real = real;
+    // A body the fast readers already served stays used on the rebuilt request too.
+    if (this.#used) real.arrayBuffer().catch(() => {});
+    return real;
+  }
 }
 
 /** The chunks already read, then the rest of `reader`. */
@@ -93,6 +173,10 @@ const NONE: RequestBody = { kind: "none" };
  * stream, is handed to `deliver` at once as a pass-through `Response` marked with `BYPASS_HEADER`;
  * the returned promise then resolves only when that body has been fully sent (or cancelled), so the
  * key stays claimed while the handler's response is still being produced.
+ *
+ * A response whose body was never built into a stream (`@hono/node-server`'s lightweight
+ * `Response`) is read without building it, and stays deliverable as it is: `deliverable` then
+ * returns the handler's own response, so the runtime's fast path sends it.
  */
 export async function captureFetchResponse(
   response: Response,
@@ -103,6 +187,15 @@ export async function captureFetchResponse(
   const type = response.headers.get("content-type");
   if (type?.toLowerCase().startsWith("text/event-stream") === true) {
     return passThrough(response, [], response.body?.getReader(), "streamed", deliver);
+  }
+  const unbuilt = unbuiltBody(response);
+  if (unbuilt !== undefined && unbuilt.length <= maxBytes) {
+    const captured: CapturedResponse = {
+      kind: "buffered",
+      response: { status: response.status, headers, body: unbuilt },
+    };
+    untouched.set(captured, response);
+    return captured;
   }
   if (response.body === null) {
     return { kind: "buffered", response: { status: response.status, headers, body: EMPTY } };
@@ -118,6 +211,41 @@ export async function captureFetchResponse(
     if (total > maxBytes) return passThrough(response, chunks, reader, "response-too-large", deliver);
   }
   return { kind: "buffered", response: { status: response.status, headers, body: concat(chunks, total) } };
+}
+
+/** Captured responses whose handler `Response` was read without consuming it. */
+const untouched = new WeakMap<CapturedResponse, Response>();
+
+/** The `Response` to send for a buffered capture: the handler's own when it is unread, else a copy. */
+export function deliverable(captured: CapturedResponse & { readonly kind: "buffered" }): Response {
+  return untouched.get(captured) ?? toFetchResponse(captured.response);
+}
+
+/** Whether the handler's own `Response` is still unread (so the framework may send it as it is). */
+export function isUntouched(captured: CapturedResponse): boolean {
+  return untouched.has(captured);
+}
+
+const utf8 = new TextEncoder();
+
+/**
+ * The body bytes of a lightweight `Response` that holds its body unbuilt: `@hono/node-server`'s keeps
+ * `[status, body, headers]` under an own symbol described `cache` until `body` or a reader is used,
+ * and building the real `Response` then costs more than the whole guard. `undefined` for any other
+ * response (read it through `body`), so a change in that library only costs speed.
+ */
+function unbuiltBody(response: Response): Uint8Array | undefined {
+  for (const symbol of Object.getOwnPropertySymbols(response)) {
+    if (symbol.description !== "cache") continue;
+    const cache: unknown = (response as unknown as Record<symbol, unknown>)[symbol];
+    if (!Array.isArray(cache) || cache.length !== 3 || cache[0] !== response.status) return undefined;
+    const body: unknown = cache[1];
+    if (body === null) return EMPTY;
+    if (typeof body === "string") return utf8.encode(body);
+    if (body instanceof Uint8Array) return body;
+    return undefined;
+  }
+  return undefined;
 }
 
 function passThrough(
@@ -172,8 +300,23 @@ export function toFetchResponse(stored: StoredResponse): Response {
   const nullBody = stored.status === 204 || stored.status === 205 || stored.status === 304;
   return new Response(nullBody || stored.body.length === 0 ? null : stored.body, {
     status: stored.status,
-    headers: stored.headers as Array<[string, string]>,
+    headers: headerInit(stored.headers),
   });
+}
+
+/**
+ * Headers as a plain record when no name repeats (the cheapest form for runtimes to send), else as
+ * pairs (so repeated `Link`s stay separate).
+ */
+export function headerInit(
+  headers: ReadonlyArray<readonly [string, string]>,
+): Record<string, string> | Array<[string, string]> {
+  const record: Record<string, string> = Object.create(null);
+  for (const [name, value] of headers) {
+    if (Object.hasOwn(record, name)) return headers as Array<[string, string]>;
+    record[name] = value;
+  }
+  return record;
 }
 
 /** `response` with one more header, copied first when its headers are immutable. */

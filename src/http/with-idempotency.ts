@@ -1,4 +1,11 @@
-import { captureFetchResponse, readFetchBody, splitFetchUrl, toFetchResponse, withHeader } from "./fetch.js";
+import {
+  captureFetchResponse,
+  deliverable,
+  readFetchBody,
+  splitFetchUrl,
+  toFetchResponse,
+  withHeader,
+} from "./fetch.js";
 import { BYPASS_HEADER, type HttpDecision, HttpGuard } from "./http-guard.js";
 import type { HttpIdempotencyOptions } from "./options.js";
 
@@ -21,8 +28,9 @@ export type FetchHandler = (request: Request) => Response | Promise<Response>;
  *   unguarded). Errors are `application/problem+json`.
  * - Other methods, and requests without a key (unless `required`), reach the handler untouched.
  *
- * The handler receives the request with its body unread (rebuilt around the bytes read for the
- * fingerprint when it has a body; the original otherwise).
+ * The handler receives the request with its body unread (served from the bytes read for the
+ * fingerprint when it has a body, see `bufferedRequest`; the original otherwise), and its response is
+ * sent as it returned it when it could be read without consuming it.
  *
  * @throws ConfigurationError at wrap time for options that cannot work
  */
@@ -70,7 +78,7 @@ async function respond(
     case "answer":
       return toFetchResponse(decision.response);
     case "deliver":
-      return decision.captured.kind === "buffered" ? toFetchResponse(decision.captured.response) : early;
+      return decision.captured.kind === "buffered" ? deliverable(decision.captured) : early;
     case "bypass":
       return withHeader(await run(), BYPASS_HEADER, decision.reason);
     case "throw":

@@ -168,3 +168,29 @@ describe("scoped key (§6.2)", () => {
     expect(scopedKey("k", "tenant-a", "POST", "/orders")).toBe(key);
   });
 });
+
+describe("hash stability (records already stored stay readable)", () => {
+  // Values computed by the first implementation (one `update` per frame); any faster framing must
+  // produce the same bytes, or every stored key and fingerprint would silently change.
+  it("keeps the v1 scoped keys and fingerprints, including non-ASCII and large inputs", () => {
+    expect(scopedKey("abc", undefined, "POST", "/orders")).toBe(
+      "http:repEK4Vnlza36XBIxiwbPKoA_uncilL3nN1j4PYGFHg",
+    );
+    expect(scopedKey("ключ-🔑", "tenant-a", "PATCH", "/a/b")).toBe(
+      "http:T71HYkByEpqu4gZuCYnK5TrPM-D_FtoTvb3qDcbZwXA",
+    );
+    expect(
+      fingerprint(request({ query: "b=2&a=1", body: { kind: "bytes", bytes: bytes('{"b":1,"a":[2,1]}') } })),
+    ).toBe("v1:CiZe5vdp3FaABJ08xqAzfmmUGJnyeuRSvPUoQZ-n2Es");
+    const large = bytes("é".repeat(9000)); // 18 000 bytes: past the reused framing buffer
+    expect(
+      fingerprint(
+        request({ path: "/big", contentType: "text/plain", body: { kind: "bytes", bytes: large } }),
+      ),
+    ).toBe("v1:WSWDRdi_5XuG9DmRsoBc_mTfogLHPnSqfyuF-qOWIRA");
+    // a small input after a large one still hashes as itself
+    expect(scopedKey("abc", undefined, "POST", "/orders")).toBe(
+      "http:repEK4Vnlza36XBIxiwbPKoA_uncilL3nN1j4PYGFHg",
+    );
+  });
+});

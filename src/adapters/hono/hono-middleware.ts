@@ -1,16 +1,17 @@
 import type { Context, MiddlewareHandler } from "hono";
 import type { ContentfulStatusCode, StatusCode } from "hono/utils/http-status";
-import { captureFetchResponse, readFetchBody, toFetchResponse } from "../../http/fetch.js";
+import { captureFetchResponse, isUntouched, readFetchBody, toFetchResponse } from "../../http/fetch.js";
 import { BYPASS_HEADER, HttpGuard } from "../../http/http-guard.js";
 import type { HttpIdempotencyOptions } from "../../http/options.js";
 import type { StoredResponse } from "../../http/stored-response.js";
 
 /** A stored or problem response through `c.body`, so headers set by earlier middleware are kept. */
 function answer(c: Context, response: StoredResponse): Response {
-  const headers: Record<string, string[]> = {};
+  const headers: Record<string, string | string[]> = {};
   for (const [name, value] of response.headers) {
     const values = headers[name];
-    if (values === undefined) headers[name] = [value];
+    if (values === undefined) headers[name] = value;
+    else if (typeof values === "string") headers[name] = [values, value];
     else values.push(value);
   }
   if (response.body.length === 0) return c.body(null, response.status as StatusCode, headers);
@@ -70,7 +71,13 @@ export function idempotency(options: HonoIdempotencyOptions): MiddlewareHandler 
       case "answer":
         return answer(c, first.response);
       case "deliver":
-        if (first.captured.kind === "buffered") c.res = toFetchResponse(first.captured.response);
+        // An unread `c.res` is sent as the handler left it; a read one is replaced by its copy
+        // (cleared first: assigning over a set `c.res` would copy its headers again).
+        if (first.captured.kind === "buffered" && !isUntouched(first.captured)) {
+          const copy = toFetchResponse(first.captured.response);
+          c.res = undefined;
+          c.res = copy;
+        }
         return;
       case "bypass":
         await next();
