@@ -290,7 +290,8 @@ export class HttpGuard<R> {
     };
     if (this.#options.redact !== undefined) {
       try {
-        stored = this.#options.redact(stored);
+        // `redact` edits the stored copy only: it gets bytes of its own, never the ones being sent.
+        stored = this.#options.redact({ ...stored, body: new Uint8Array(stored.body) });
         stored = { status: stored.status, headers: storedHeaders(stored.headers), body: stored.body };
       } catch (error) {
         this.logger.error(

@@ -369,6 +369,21 @@ export function behaviourTable(surface: Surface): void {
       expect(second.body).toBe(first.body);
     });
 
+    it("redact that overwrites the body bytes in place changes the stored copy, never the first response", async () => {
+      const app = await start({
+        redact: (stored) => {
+          (stored.body as Uint8Array).fill(0x20);
+          return stored;
+        },
+      });
+      const k = key();
+      const first = await app.call({ key: k });
+      const second = await app.call({ key: k });
+      expect(JSON.parse(first.body)).toMatchObject({ order: 1 });
+      expect(second.body.trim()).toBe("");
+      expect(second.body.length).toBe(first.body.length);
+    });
+
     it("the handler receives the request body intact", async () => {
       const app = await start();
       await app.call({ key: key(), body: '{"item":"pen","qty":3}' });

@@ -114,16 +114,18 @@ export async function idempotency(
     done(null, payload);
   });
 
-  fastify.addHook("preHandler", async (request, reply) => {
+  // Callback style (no async function per hook per request): the claim's outcome arrives on one
+  // `then`, and the handler starts in the same turn the guard calls `run`.
+  fastify.addHook("preHandler", (request, reply, done) => {
     const state = pending.get(request);
-    if (state === undefined) return;
+    if (state === undefined) {
+      done();
+      return;
+    }
     const { path, query } = splitUrl(request.url);
     const body: RequestBody | "too_large" =
       state.tooLarge === true ? "too_large" : (state.body?.body() ?? { kind: "none" });
-    let started: () => void = () => {};
-    const running = new Promise<"started">((resolve) => {
-      started = () => resolve("started");
-    });
+    let started = false;
     const decision = guard.execute(
       {
         method: request.method.toUpperCase(),
@@ -137,31 +139,39 @@ export async function idempotency(
       () =>
         new Promise<CapturedResponse>((resolve) => {
           state.settle = resolve;
-          started();
+          state.decision = decision;
+          started = true;
+          done();
         }),
     );
-    const first = await Promise.race([decision, running]);
-    if (first === "started") {
-      state.decision = decision;
-      return;
-    }
-    pending.delete(request);
-    switch (first.kind) {
-      case "answer":
-        return sendStored(reply, first.response);
-      case "bypass":
-        reply.header(BYPASS_HEADER, first.reason);
-        return;
-      case "throw":
-        throw first.error;
-      case "deliver":
-        return;
-    }
+    decision.then((first) => {
+      // Once the handler started, `onSend` captures its reply and waits for this decision.
+      if (started) return;
+      pending.delete(request);
+      switch (first.kind) {
+        case "answer":
+          sendStored(reply, first.response);
+          return;
+        case "bypass":
+          reply.header(BYPASS_HEADER, first.reason);
+          done();
+          return;
+        case "throw":
+          done(first.error as Error);
+          return;
+        case "deliver":
+          done();
+          return;
+      }
+    });
   });
 
-  fastify.addHook("onSend", async (request, reply, payload) => {
+  fastify.addHook("onSend", (request, reply, payload, done) => {
     const state = pending.get(request);
-    if (state?.settle === undefined || state.decision === undefined) return payload;
+    if (state?.settle === undefined || state.decision === undefined) {
+      done(null, payload);
+      return;
+    }
     pending.delete(request);
     const settle = state.settle;
     if (isStream(payload)) {
@@ -170,7 +180,8 @@ export async function idempotency(
       reply.raw.once("close", () =>
         settle({ kind: "passed_through", reason: "streamed", status: reply.statusCode }),
       );
-      return payload;
+      done(null, payload);
+      return;
     }
     const body =
       payload === undefined || payload === null
@@ -183,7 +194,9 @@ export async function idempotency(
       settle({ kind: "passed_through", reason: "response-too-large", status: reply.statusCode });
     } else {
       const headers: Array<readonly [string, string]> = [];
-      for (const [name, value] of Object.entries(reply.getHeaders())) {
+      const all = reply.getHeaders();
+      for (const name in all) {
+        const value = all[name];
         if (value === undefined) continue;
         if (Array.isArray(value)) for (const item of value) headers.push([name, String(item)]);
         else headers.push([name, String(value)]);
@@ -191,8 +204,10 @@ export async function idempotency(
       settle({ kind: "buffered", response: { status: reply.statusCode, headers, body } });
     }
     // The record is committed (or the key released) before the payload is written.
-    await state.decision;
-    return payload;
+    state.decision.then(
+      () => done(null, payload),
+      (error: unknown) => done(error as Error),
+    );
   });
 
   // No release on `onRequestAbort`: the handler may still be running its side effect, and a release

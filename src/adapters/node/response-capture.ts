@@ -12,6 +12,8 @@ import type { StoredResponse } from "../../http/stored-response.js";
 type Callback = (error?: Error | null) => void;
 type Chunk = string | Uint8Array;
 
+const INTERCEPTED = ["writeHead", "write", "end", "flushHeaders"] as const;
+
 /** One response's capture. `start()` intercepts; exactly one of `release()`/`passed` ends it. */
 export class ResponseCapture {
   readonly #res: ServerResponse;
@@ -60,7 +62,7 @@ export class ResponseCapture {
     if (this.#state !== "held") return;
     this.#restore();
     this.#state = "released";
-    const body = Buffer.concat(this.#chunks, this.#size);
+    const body = this.#body();
     const callback = this.#onEnd;
     if (callback === undefined) this.#res.end(body);
     else this.#res.end(body, callback);
@@ -73,12 +75,10 @@ export class ResponseCapture {
   }
 
   #restore(): void {
+    // Assigned back, never deleted: deleting an own property turns the response into a slow
+    // dictionary-mode object for the rest of its life, and Node's HTTP internals read it often.
     const res = this.#res as unknown as Record<string, unknown>;
-    // Own properties shadowed the prototype's methods: deleting them restores the originals.
-    for (const name of ["writeHead", "write", "end", "flushHeaders"] as const) {
-      if (res[name] !== this.#original[name]) delete res[name];
-      if (this.#res[name] !== this.#original[name]) res[name] = this.#original[name];
-    }
+    for (const name of INTERCEPTED) res[name] = this.#original[name];
   }
 
   #writeHead(args: unknown[]): ServerResponse {
@@ -169,7 +169,17 @@ export class ResponseCapture {
       if (Array.isArray(value)) for (const item of value) headers.push([name, String(item)]);
       else headers.push([name, String(value)]);
     }
-    return { status: this.#res.statusCode, headers, body: Buffer.concat(this.#chunks, this.#size) };
+    return { status: this.#res.statusCode, headers, body: this.#body() };
+  }
+
+  /** The held body as one buffer, joined once (a single chunk is used as it is). */
+  #body(): Buffer {
+    if (this.#chunks.length !== 1) {
+      const joined = Buffer.concat(this.#chunks, this.#size);
+      this.#chunks.length = 0;
+      this.#chunks.push(joined);
+    }
+    return this.#chunks[0] as Buffer;
   }
 }
 

@@ -1,0 +1,194 @@
+import type { AddressInfo } from "node:net";
+import { getRequestListener, serve } from "@hono/node-server";
+import { Hono } from "hono";
+import { afterEach, describe, expect, it } from "vitest";
+import { idempotency } from "../../src/adapters/hono/index.js";
+import {
+  bufferedRequest,
+  captureFetchResponse,
+  deliverable,
+  isUntouched,
+  readFetchBody,
+} from "../../src/http/fetch.js";
+import { withIdempotency } from "../../src/http/index.js";
+import { MemoryBackend } from "../../src/index.js";
+
+const quiet = { warn() {}, error() {} };
+const text = '{"item":"book","qty":1}';
+const bytes = new TextEncoder().encode(text);
+
+function post(body: string | ReadableStream<Uint8Array> | null = text, headers: Record<string, string> = {}): Request {
+  return new Request("http://localhost/orders?x=1", {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers },
+    body,
+    ...(body instanceof ReadableStream ? { duplex: "half" } : {}),
+  } as RequestInit);
+}
+
+describe("the request a handler gets after the fingerprint read its body", () => {
+  it("serves text(), json() and arrayBuffer() from the bytes, once, as a Request would", async () => {
+    const original = post();
+    await original.arrayBuffer();
+    for (const read of ["text", "json", "arrayBuffer"] as const) {
+      const request = bufferedRequest(original, bytes);
+      expect(request.bodyUsed).toBe(false);
+      const value = await request[read]();
+      if (read === "text") expect(value).toBe(text);
+      else if (read === "json") expect(value).toEqual({ item: "book", qty: 1 });
+      else expect(new Uint8Array(value as ArrayBuffer)).toEqual(bytes);
+      expect(request.bodyUsed).toBe(true);
+      await expect(request.text()).rejects.toThrow(TypeError);
+    }
+  });
+
+  it("is a Request with the original's method, URL and headers", () => {
+    const original = post(text, { "idempotency-key": "k1" });
+    const request = bufferedRequest(original, bytes);
+    expect(request).toBeInstanceOf(Request);
+    expect(request.method).toBe("POST");
+    expect(request.url).toBe("http://localhost/orders?x=1");
+    expect(request.headers.get("idempotency-key")).toBe("k1");
+  });
+
+  it("answers body, clone() and new Request(it) from a request rebuilt around the bytes", async () => {
+    const original = post();
+    await original.arrayBuffer();
+    const streamed = bufferedRequest(original, bytes);
+    expect(await new Response(streamed.body).text()).toBe(text);
+    expect(streamed.bodyUsed).toBe(true);
+
+    const cloned = bufferedRequest(original, bytes).clone();
+    expect(await cloned.json()).toEqual({ item: "book", qty: 1 });
+
+    const copied = new Request(bufferedRequest(original, bytes));
+    expect(await copied.text()).toBe(text);
+  });
+
+  it("stays used after a fast read when a body member is touched later", async () => {
+    const request = bufferedRequest(post(), bytes);
+    await request.json();
+    expect(request.bodyUsed).toBe(true);
+    expect(() => request.clone()).toThrow(TypeError);
+  });
+
+  it("is built only when the body was read whole; a bodiless request is handed on as it is", async () => {
+    const empty = new Request("http://localhost/orders", { method: "POST" });
+    const read = await readFetchBody(empty, 1024);
+    expect(read.body).toEqual({ kind: "none" });
+    expect(read.request).toBe(empty);
+
+    const chunked = await readFetchBody(post(new Blob([bytes]).stream() as ReadableStream<Uint8Array>), 1024);
+    expect(chunked.body).toEqual({ kind: "bytes", bytes });
+    expect(await chunked.request.text()).toBe(text);
+  });
+});
+
+describe("a lightweight Response (@hono/node-server)", () => {
+  it("is captured without reading its body and delivered as the handler returned it", async () => {
+    getRequestListener(() => new Response(null)); // installs the lightweight global Response
+    const response = new Response(text, { status: 201, headers: { "content-type": "application/json" } });
+    const captured = await captureFetchResponse(response, 1024, () => {});
+    expect(captured.kind).toBe("buffered");
+    if (captured.kind !== "buffered") return;
+    expect(isUntouched(captured)).toBe(true);
+    expect(captured.response.status).toBe(201);
+    expect(new TextDecoder().decode(captured.response.body)).toBe(text);
+    expect(captured.response.headers).toContainEqual(["content-type", "application/json"]);
+    expect(deliverable(captured)).toBe(response);
+    expect(await response.text()).toBe(text); // still unread
+  });
+
+  it("over its limit is read through its body and passed through", async () => {
+    getRequestListener(() => new Response(null));
+    let deliver: (response: Response) => void = () => {};
+    const delivered = new Promise<Response>((resolve) => {
+      deliver = resolve;
+    });
+    // The capture resolves once the passed-through body has gone out, so read it meanwhile.
+    const capturing = captureFetchResponse(new Response("x".repeat(100)), 10, deliver);
+    const early = await delivered;
+    expect(early.headers.get("idempotency-bypass")).toBe("response-too-large");
+    expect(await early.text()).toBe("x".repeat(100));
+    expect((await capturing).kind).toBe("passed_through");
+  });
+});
+
+describe("the fast paths end to end on @hono/node-server", () => {
+  const servers: Array<{ close(): void }> = [];
+  afterEach(() => {
+    for (const server of servers.splice(0)) server.close();
+  });
+
+  async function start(fetch: (request: Request) => Response | Promise<Response>): Promise<string> {
+    return new Promise((resolve) => {
+      const server = serve({ fetch, port: 0, hostname: "127.0.0.1" }, () =>
+        resolve(`http://127.0.0.1:${(server.address() as AddressInfo).port}/orders`),
+      );
+      servers.push(server);
+    });
+  }
+
+  async function twice(url: string) {
+    const send = () =>
+      fetch(url, {
+        method: "POST",
+        headers: { "content-type": "application/json", "idempotency-key": "fast-1", "x-trace": "a" },
+        body: text,
+      });
+    const first = await send();
+    const firstBody = await first.text();
+    const second = await send();
+    return { first, firstBody, second, secondBody: await second.text() };
+  }
+
+  it("withIdempotency: the first response is the handler's, the replay its stored bytes", async () => {
+    let runs = 0;
+    const url = await start(
+      withIdempotency(
+        async (request) => {
+          runs++;
+          const order = (await request.json()) as { item: string };
+          return new Response(JSON.stringify({ id: runs, item: order.item }), {
+            status: 201,
+            headers: { "content-type": "application/json", location: "/orders/1", "set-cookie": "s=1" },
+          });
+        },
+        { backend: new MemoryBackend(), logger: quiet },
+      ),
+    );
+    const { first, firstBody, second, secondBody } = await twice(url);
+    expect(runs).toBe(1);
+    expect(first.status).toBe(201);
+    expect(first.headers.get("set-cookie")).toBe("s=1");
+    expect(first.headers.get("idempotent-replayed")).toBeNull();
+    expect(second.status).toBe(201);
+    expect(second.headers.get("idempotent-replayed")).toBe("true");
+    expect(second.headers.get("location")).toBe("/orders/1");
+    expect(second.headers.get("set-cookie")).toBeNull();
+    expect(secondBody).toBe(firstBody);
+    expect(JSON.parse(firstBody)).toEqual({ id: 1, item: "book" });
+  });
+
+  it("hono: c.req.json() and c.req.raw read the body; the replay is the stored c.json bytes", async () => {
+    let runs = 0;
+    const app = new Hono();
+    app.use("/orders", idempotency({ backend: new MemoryBackend(), logger: quiet }));
+    app.post("/orders", async (c) => {
+      runs++;
+      const parsed = (await c.req.json()) as { item: string };
+      c.header("x-order", String(runs));
+      return c.json({ id: runs, item: parsed.item }, 201);
+    });
+    const url = await start(app.fetch);
+    const { first, firstBody, second, secondBody } = await twice(url);
+    expect(runs).toBe(1);
+    expect(first.status).toBe(201);
+    expect(first.headers.get("x-order")).toBe("1");
+    expect(second.status).toBe(201);
+    expect(second.headers.get("x-order")).toBe("1");
+    expect(second.headers.get("content-type")).toMatch(/^application\/json/);
+    expect(second.headers.get("idempotent-replayed")).toBe("true");
+    expect(secondBody).toBe(firstBody);
+  });
+});
