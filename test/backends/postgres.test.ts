@@ -176,7 +176,26 @@ describe("postgres backend: beyond the contract", () => {
     assert.equal(again.kind, "done");
     assert.deepEqual(again.kind === "done" ? [...(again.result ?? [])] : [], [42]);
     assert.equal((await backend.claim("new", claimOptions())).kind, "won");
-    await backend.migrate(); // idempotent on version 2
+    const oids = async () =>
+      (
+        await pool.query(
+          `SELECT to_regprocedure($1)::oid AS claim,
+                  (SELECT oid FROM pg_trigger WHERE tgrelid = to_regclass($2) AND tgname = $3) AS trigger`,
+          [`${q(`${t}_claim`)}(text, text, text, bigint, bigint, text)`, q(t), `${t}_notify`],
+        )
+      ).rows[0];
+    const before = await oids();
+    await backend.migrate(); // a migrated table is left alone: nothing recreated
+    assert.deepEqual(await oids(), before);
+    // a function from another oncely (its stamp differs) is replaced by the next migrate()
+    await pool.query(
+      `COMMENT ON FUNCTION ${q(`${t}_claim`)}(text, text, text, bigint, bigint, text) IS 'oncely v0'`,
+    );
+    await backend.migrate();
+    const after = await oids();
+    assert.notEqual(after.claim, before.claim);
+    assert.equal(after.trigger, before.trigger);
+    assert.equal((await backend.claim("newer", claimOptions())).kind, "won");
     await backend.close();
   });
 

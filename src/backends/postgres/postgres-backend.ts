@@ -36,6 +36,7 @@ import {
   type PostgresStatements,
   postgresSchema,
   postgresStatements,
+  type SchemaNames,
   statementName,
 } from "./postgres-statements.js";
 
@@ -87,8 +88,7 @@ export class PostgresBackend implements Backend {
   readonly #schemaTable: string;
   readonly #indexName: string;
   readonly #claimFunction: string;
-  readonly #notifyName: string;
-  readonly #notifyFunction: string;
+  readonly #schemaNames: SchemaNames;
   readonly #statements: PostgresStatements;
   /** Each statement's prepared-statement name, computed once. */
   readonly #names = new Map<string, string>();
@@ -112,8 +112,15 @@ export class PostgresBackend implements Backend {
     this.#schemaTable = qualify(SCHEMA_TABLE);
     this.#indexName = `"${this.#tableName}_expires_at"`;
     this.#claimFunction = qualify(claimFunctionName(this.#tableName));
-    this.#notifyName = notifyTriggerName(this.#tableName);
-    this.#notifyFunction = qualify(this.#notifyName);
+    this.#schemaNames = {
+      table: this.#table,
+      schemaTable: this.#schemaTable,
+      indexName: this.#indexName,
+      indexQualified: qualify(`${this.#tableName}_expires_at`),
+      claimFunction: this.#claimFunction,
+      notifyFunction: qualify(notifyTriggerName(this.#tableName)),
+      notifyTrigger: notifyTriggerName(this.#tableName),
+    };
     this.#statements = postgresStatements(this.#table, this.#claimFunction);
     for (const statement of Object.values(this.#statements) as Compiled[]) {
       this.#names.set(statement.text, statementName(statement.text));
@@ -154,25 +161,28 @@ export class PostgresBackend implements Backend {
       try {
         await run(`SET LOCAL statement_timeout = ${this.#timeoutMs * 3}`);
         await run("SELECT pg_advisory_xact_lock(7366354206135549)");
-        for (const ddl of postgresSchema(
-          this.#table,
-          this.#schemaTable,
-          this.#indexName,
-          this.#claimFunction,
-          this.#notifyFunction,
-          this.#notifyName,
-        ))
-          await run(ddl);
-        const found = versionOf(
-          (await run(`SELECT version FROM ${this.#schemaTable} WHERE table_name = $1`, [this.#tableName]))
-            .rows[0],
-        );
-        if (found !== undefined && found > SCHEMA_VERSION) {
-          throw schemaProblem(BACKEND, this.#tableName, found, SCHEMA_VERSION);
+        // a table a newer oncely migrated is refused before anything changes
+        const versions = await run("SELECT to_regclass($1) IS NOT NULL AS present", [this.#schemaTable]);
+        if (versions.rows[0]?.present === true) {
+          const found = versionOf(
+            (await run(`SELECT version FROM ${this.#schemaTable} WHERE table_name = $1`, [this.#tableName]))
+              .rows[0],
+          );
+          if (found !== undefined && found > SCHEMA_VERSION) {
+            throw schemaProblem(BACKEND, this.#tableName, found, SCHEMA_VERSION);
+          }
+        }
+        for (const step of postgresSchema(this.#schemaNames)) {
+          if (step.check !== undefined) {
+            const { rows } = await run(step.check.text, [...step.check.values]);
+            if (rows[0]?.needed !== true) continue;
+          }
+          for (const ddl of step.ddl) await run(ddl);
         }
         await run(
-          `INSERT INTO ${this.#schemaTable} (table_name, version) VALUES ($1, $2)
-           ON CONFLICT (table_name) DO UPDATE SET version = EXCLUDED.version`,
+          `INSERT INTO ${this.#schemaTable} AS s (table_name, version) VALUES ($1, $2)
+           ON CONFLICT (table_name) DO UPDATE SET version = EXCLUDED.version
+           WHERE s.version IS DISTINCT FROM EXCLUDED.version`,
           [this.#tableName, SCHEMA_VERSION],
         );
         await run("COMMIT");

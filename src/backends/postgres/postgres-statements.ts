@@ -223,40 +223,115 @@ function notifyTrigger(table: string, qualified: string, name: string): string[]
   ];
 }
 
+/** One step of `migrate()`: `check` (a query answering `needed`) decides whether `ddl` runs. */
+export interface MigrationStep {
+  readonly check?: { readonly text: string; readonly values: readonly unknown[] };
+  readonly ddl: readonly string[];
+}
+
+/** The names `migrate()` works on, each quoted and (with a schema) qualified. */
+export interface SchemaNames {
+  readonly table: string;
+  readonly schemaTable: string;
+  /** The index's own name (created beside the table) and its qualified name (for the check). */
+  readonly indexName: string;
+  readonly indexQualified: string;
+  readonly claimFunction: string;
+  readonly notifyFunction: string;
+  /** The trigger's own name, unquoted. */
+  readonly notifyTrigger: string;
+}
+
+const CLAIM_SIGNATURE = "(text, text, text, bigint, bigint, text)";
+
+/** A function's comment: which oncely made it and a digest of its definition. */
+function stamp(...ddl: string[]): string {
+  const digest = createHash("sha256");
+  for (const text of ddl) digest.update(text).update("\u0000");
+  return `oncely v${POSTGRES_SCHEMA_VERSION} ${digest.digest("hex").slice(0, 16)}`;
+}
+
 /**
- * The DDL `migrate()` runs, in order, inside one transaction; each step is idempotent and upgrades a
- * version-1 table in place.
+ * What `migrate()` runs, in order, inside one transaction. Each step runs only when its check says
+ * it is needed, so a migrated table is left alone: no ALTER or CREATE INDEX takes the table's lock,
+ * and the functions and trigger are recreated only when their stamp (a digest of their definition)
+ * differs, e.g. after an oncely upgrade, never under the feet of a running fleet on every start.
  */
-export function postgresSchema(
-  table: string,
-  schemaTable: string,
-  indexName: string,
-  claimFunctionQualified: string,
-  notifyQualified: string,
-  notifyName: string,
-): string[] {
+export function postgresSchema(names: SchemaNames): MigrationStep[] {
+  const { table } = names;
+  const claim = claimFunction(table, names.claimFunction);
+  const claimStamp = stamp(claim);
+  const [notifyFn, dropTrigger, createTrigger] = notifyTrigger(
+    table,
+    names.notifyFunction,
+    names.notifyTrigger,
+  ) as [string, string, string];
+  const notifyStamp = stamp(notifyFn, createTrigger);
+  const literal = (text: string) => `'${text.replaceAll("'", "''")}'`;
   return [
-    `CREATE TABLE IF NOT EXISTS ${table} (
-       namespace TEXT COLLATE "C" NOT NULL,
-       key TEXT COLLATE "C" NOT NULL,
-       state TEXT NOT NULL,
-       fence BIGINT NOT NULL,
-       token TEXT NOT NULL,
-       lease_until BIGINT NOT NULL,
-       expires_at BIGINT NOT NULL,
-       fingerprint TEXT,
-       result BYTEA,
-       claimed_at BIGINT NOT NULL,
-       completed_at BIGINT,
-       PRIMARY KEY (namespace, key)
-     )`,
-    `ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS watched_until BIGINT`,
-    `CREATE INDEX IF NOT EXISTS ${indexName} ON ${table} (expires_at)`,
-    // version 2's first layout returned a row type; a changed return type needs a new function
-    `DROP FUNCTION IF EXISTS ${claimFunctionQualified}(text, text, text, bigint, bigint, text)`,
-    claimFunction(table, claimFunctionQualified),
-    ...notifyTrigger(table, notifyQualified, notifyName),
-    `CREATE TABLE IF NOT EXISTS ${schemaTable} (table_name TEXT PRIMARY KEY, version INTEGER NOT NULL)`,
+    {
+      check: { text: "SELECT to_regclass($1) IS NULL AS needed", values: [table] },
+      ddl: [
+        `CREATE TABLE IF NOT EXISTS ${table} (
+           namespace TEXT COLLATE "C" NOT NULL,
+           key TEXT COLLATE "C" NOT NULL,
+           state TEXT NOT NULL,
+           fence BIGINT NOT NULL,
+           token TEXT NOT NULL,
+           lease_until BIGINT NOT NULL,
+           expires_at BIGINT NOT NULL,
+           fingerprint TEXT,
+           result BYTEA,
+           claimed_at BIGINT NOT NULL,
+           completed_at BIGINT,
+           watched_until BIGINT,
+           PRIMARY KEY (namespace, key)
+         )`,
+      ],
+    },
+    {
+      // version 1 had no watch column
+      check: {
+        text: `SELECT NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)
+                 AND attname = 'watched_until' AND NOT attisdropped) AS needed`,
+        values: [table],
+      },
+      ddl: [`ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS watched_until BIGINT`],
+    },
+    {
+      check: { text: "SELECT to_regclass($1) IS NULL AS needed", values: [names.indexQualified] },
+      ddl: [`CREATE INDEX IF NOT EXISTS ${names.indexName} ON ${table} (expires_at)`],
+    },
+    {
+      check: {
+        text: "SELECT obj_description(to_regprocedure($1), 'pg_proc') IS DISTINCT FROM $2 AS needed",
+        values: [`${names.claimFunction}${CLAIM_SIGNATURE}`, claimStamp],
+      },
+      ddl: [
+        // a changed return type needs a new function, so it is dropped first
+        `DROP FUNCTION IF EXISTS ${names.claimFunction}${CLAIM_SIGNATURE}`,
+        claim,
+        `COMMENT ON FUNCTION ${names.claimFunction}${CLAIM_SIGNATURE} IS ${literal(claimStamp)}`,
+      ],
+    },
+    {
+      check: {
+        text: `SELECT NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = $2)
+                 OR obj_description(to_regprocedure($3), 'pg_proc') IS DISTINCT FROM $4 AS needed`,
+        values: [table, names.notifyTrigger, `${names.notifyFunction}()`, notifyStamp],
+      },
+      ddl: [
+        notifyFn,
+        `COMMENT ON FUNCTION ${names.notifyFunction}() IS ${literal(notifyStamp)}`,
+        dropTrigger,
+        createTrigger,
+      ],
+    },
+    {
+      ddl: [
+        `CREATE TABLE IF NOT EXISTS ${names.schemaTable} (table_name TEXT PRIMARY KEY, version INTEGER NOT NULL)`,
+      ],
+    },
   ];
 }
 
