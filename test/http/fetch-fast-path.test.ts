@@ -17,7 +17,10 @@ const quiet = { warn() {}, error() {} };
 const text = '{"item":"book","qty":1}';
 const bytes = new TextEncoder().encode(text);
 
-function post(body: string | ReadableStream<Uint8Array> | null = text, headers: Record<string, string> = {}): Request {
+function post(
+  body: string | ReadableStream<Uint8Array> | null = text,
+  headers: Record<string, string> = {},
+): Request {
   return new Request("http://localhost/orders?x=1", {
     method: "POST",
     headers: { "content-type": "application/json", ...headers },
