@@ -1,6 +1,7 @@
 // lock() throughput on the memory backend against a bare Map claim/complete baseline, one run.
 // Usage: npm run bench  (builds first)   — env N=keys (default 200000), ROUNDS (default 5)
 import { lock, MemoryBackend, silentLogger } from "../dist/index.js";
+import { median } from "./support.mjs";
 
 const N = Number(process.env.N ?? 200_000);
 const ROUNDS = Number(process.env.ROUNDS ?? 5);
@@ -60,7 +61,6 @@ for (let round = 0; round < ROUNDS; round++) {
   );
   rows["memory backend claim + complete alone (no verb)"].push(N / (await time(backendOnly, keys)));
 }
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const base = median(rows["bare Map claim/complete"]);
 console.log(`lock() on memory, ${N} new keys per round, median of ${ROUNDS} rounds, node ${process.version}`);
 console.log("| variant | ops/s | ratio to bare Map |");

@@ -29,9 +29,9 @@ import { createRequire, register } from "node:module";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import * as ddb from "@aws-sdk/client-dynamodb";
+import { drive, median } from "../support.mjs";
 
 let utilDynamodb = "@aws-sdk/util-dynamodb";
 try {
@@ -124,17 +124,6 @@ async function startJava(what, jar, main, args) {
   }
 }
 
-async function drive(n, c, op) {
-  let next = 0;
-  const start = performance.now();
-  await Promise.all(
-    Array.from({ length: c }, async () => {
-      for (let i = next++; i < n; i = next++) await op(i);
-    }),
-  );
-  return (n / (performance.now() - start)) * 1000;
-}
-
 function counter(n) {
   const runs = new Uint32Array(n);
   return {
@@ -145,11 +134,6 @@ function counter(n) {
     total: () => runs.reduce((sum, r) => sum + r, 0),
   };
 }
-
-const median = (values) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)];
-};
 
 /** rows[store][contender][case] = ops/s of each round; violations counted across rounds. */
 const results = [];

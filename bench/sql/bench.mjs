@@ -7,12 +7,12 @@
 //      BENCH_ROUNDS (default 3), BENCH_STORES (default "postgres,mysql"),
 //      BENCH_PG_NOTIFY=0 to run PostgreSQL with notifications off (NOTIFY serialises commits).
 import { randomBytes } from "node:crypto";
-import { performance } from "node:perf_hooks";
 import mysql from "mysql2/promise";
 import pg from "pg";
 import { lock, silentLogger } from "../../dist/index.js";
 import { MysqlBackend } from "../../dist/mysql.js";
 import { PostgresBackend } from "../../dist/postgres.js";
+import { drive, median } from "../support.mjs";
 
 const N = Number(process.env.BENCH_N ?? 2_000);
 const CONCURRENCY = (process.env.BENCH_C ?? "1,16").split(",").map(Number);
@@ -21,19 +21,6 @@ const STORES = (process.env.BENCH_STORES ?? "postgres,mysql").split(",");
 const TARGET = 0.85;
 const id = randomBytes(4).toString("hex");
 
-/** Runs `op(i)` for i in 0..n-1 with `c` workers; returns operations per second. */
-async function drive(n, c, op) {
-  let next = 0;
-  const start = performance.now();
-  await Promise.all(
-    Array.from({ length: c }, async () => {
-      for (let i = next++; i < n; i = next++) await op(i);
-    }),
-  );
-  return (n / (performance.now() - start)) * 1000;
-}
-
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const noop = async () => undefined;
 
 async function postgres() {

@@ -5,9 +5,9 @@
 //      BENCH_C (default "1,16"), BENCH_ROUNDS (default 3; rows interleaved, median reported).
 // Every run counts violations: each new key's business row must exist exactly once, replays add none.
 import { randomBytes } from "node:crypto";
-import { performance } from "node:perf_hooks";
 import pg from "pg";
 import { hashPayload, migrateReservations, reserve } from "../../dist/postgres.js";
+import { drive, median } from "../support.mjs";
 
 const url = process.env.ONCELY_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const N = Number(process.env.BENCH_N ?? 2_000);
@@ -23,18 +23,6 @@ await pool.query(`CREATE TABLE ${orders} (key text PRIMARY KEY, amount integer N
 await migrateReservations(pool, { table });
 const payloadHash = hashPayload({ amount: 42 });
 const insert = `INSERT INTO ${orders} (key, amount) VALUES ($1, 42)`;
-
-/** Runs `op(i)` for i in 0..n-1 with `c` workers; returns operations per second. */
-async function drive(n, c, op) {
-  let next = 0;
-  const start = performance.now();
-  await Promise.all(
-    Array.from({ length: c }, async () => {
-      for (let i = next++; i < n; i = next++) await op(i);
-    }),
-  );
-  return (n / (performance.now() - start)) * 1000;
-}
 
 async function rowsWithPrefix(prefix) {
   const { rows } = await pool.query(`SELECT count(*)::int AS n FROM ${orders} WHERE key LIKE $1`, [
@@ -116,10 +104,6 @@ for (let round = 0; round < ROUNDS; round++)
     });
   }
 
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)];
-};
 const ops = (row, name, c) =>
   median(samples.filter((s) => s.row === row && s.name === name && s.c === c).map((s) => s.ops));
 const violations = samples.reduce((sum, s) => sum + s.bad, 0);

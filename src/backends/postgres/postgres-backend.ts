@@ -239,7 +239,8 @@ export class PostgresBackend implements Backend {
   }
 
   /**
-   * claim (one statement: the table's claim function, `planClaim`'s order): wins when the key is
+   * claim (one statement: a read that reports `done` or `held` itself and calls the table's claim
+   * function only when it must write; `planClaim`'s order): wins when the key is
    * absent, corrupt (fence continued), expired, carries this call's own token (re-affirmed: same
    * fence) or has a lapsed lease (fence + 1); otherwise reports `done` (with result and fingerprint)
    * or `held` (with the time left on the database clock), writing nothing.
