@@ -4,63 +4,25 @@
  * file on a free loopback port. Storms are small: emulators are slow, and the property is the same.
  * (DynamoDB joins this file with its own case.)
  */
-import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
-import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConfigurationError, StorageError } from "../../src/core/errors.js";
 import { checkBackendUrl, openBackend } from "../../src/registry/index.js";
+import { cli, expectDemoPass, runDemo } from "../support/cli-demo.js";
 import { useDatastoreEmulator } from "../support/datastore-emulator.js";
 import { type Dynalite, startDynalite } from "../support/dynalite.js";
 import { useFirestoreEmulator } from "../support/firestore-emulator.js";
 import { freePort } from "../support/ports.js";
 
-const root = fileURLToPath(new URL("../..", import.meta.url));
-const cli = join(root, "dist/cli/main.js");
 const datastore = useDatastoreEmulator();
 const firestore = useFirestoreEmulator();
 
-/** Runs the built CLI's demo; resolves with its exit code and output (a failing run included). */
-async function demo(backend: string, messages: number, env: NodeJS.ProcessEnv = {}) {
-  const args = [cli, "demo", "--messages", String(messages), "--workers", "2", "--lease-ms", "4000"];
-  try {
-    const { stdout, stderr } = await promisify(execFile)(process.execPath, [...args, "--backend", backend], {
-      cwd: root,
-      env: { ...process.env, METADATA_SERVER_DETECTION: "none", ...env },
-      maxBuffer: 16 * 1024 * 1024,
-    });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const e = error as { code?: number; stdout?: string; stderr?: string };
-    return { code: e.code ?? -1, stdout: e.stdout ?? "", stderr: e.stderr ?? "" };
-  }
-}
-
-/** The value in the report table's row `label`. */
-const cell = (stdout: string, label: string) =>
-  stdout
-    .split("\n")
-    .find((line) => line.replace(/^\| +/, "| ").startsWith(`| ${label} `))
-    ?.split("|")[2]
-    ?.trim();
-
-function expectPass(run: { code: number; stdout: string; stderr: string }, messages: number, label: string) {
-  expect(run.code, `${run.stdout}\n${run.stderr}`).toBe(0);
-  expect(run.stdout).toContain(`on ${label}`);
-  expect(run.stdout).toMatch(
-    new RegExp(`^verdict: PASS — every one of ${messages} messages took effect exactly once`, "m"),
-  );
-  expect(cell(run.stdout, "side effects (keyed sink)")).toBe(String(messages));
-  expect(cell(run.stdout, "keys recorded done by oncely")).toBe(`${messages}/${messages}`);
-  expect(cell(run.stdout, "dead-lettered (must be 0)")).toBe("0");
-  expect(Number(cell(run.stdout, "duplicates suppressed")), run.stdout).toBeGreaterThan(0);
-  expect(
-    Number(cell(run.stdout, "crash recoveries (SIGKILL, restarted)")?.split("/")[1]),
-    run.stdout,
-  ).toBeGreaterThan(0);
-}
+const demo = (backend: string, messages: number, env: NodeJS.ProcessEnv = {}) =>
+  runDemo(backend, ["--messages", String(messages), "--workers", "2", "--lease-ms", "4000"], {
+    METADATA_SERVER_DETECTION: "none",
+    ...env,
+  });
+const expectPass = expectDemoPass;
 
 describe("oncely demo on the Google emulators (built CLI)", () => {
   it("--backend datastore://host:port?project=… runs the storm on the Datastore emulator and passes", async () => {

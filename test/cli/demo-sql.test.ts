@@ -4,57 +4,18 @@
  * and MariaDB, each in a schema/database of its own, dropped afterwards. Small storms: the property is
  * the same at any size.
  */
-import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
-import { promisify } from "node:util";
 import mysql from "mysql2/promise";
 import pg from "pg";
 import { describe, expect, it } from "vitest";
+import { type DemoRun, expectDemoPass, runDemo } from "../support/cli-demo.js";
 
-const root = fileURLToPath(new URL("../..", import.meta.url));
-const cli = join(root, "dist/cli/main.js");
 const pgUrl = process.env.ONCELY_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const mysqlUrl = process.env.ONCELY_MYSQL_URL ?? "mysql://root@127.0.0.1:3306/test";
 const MESSAGES = 120;
 
-async function demo(backend: string) {
-  const args = [cli, "demo", "--messages", String(MESSAGES), "--workers", "3"];
-  try {
-    const { stdout, stderr } = await promisify(execFile)(process.execPath, [...args, "--backend", backend], {
-      cwd: root,
-      maxBuffer: 16 * 1024 * 1024,
-    });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const e = error as { code?: number; stdout?: string; stderr?: string };
-    return { code: e.code ?? -1, stdout: e.stdout ?? "", stderr: e.stderr ?? "" };
-  }
-}
-
-const cell = (stdout: string, label: string) =>
-  stdout
-    .split("\n")
-    .find((line) => line.replace(/^\| +/, "| ").startsWith(`| ${label} `))
-    ?.split("|")[2]
-    ?.trim();
-
-function expectPass(run: { code: number; stdout: string; stderr: string }, label: string) {
-  expect(run.code, `${run.stdout}\n${run.stderr}`).toBe(0);
-  expect(run.stdout).toContain(`on ${label}`);
-  expect(run.stdout).toMatch(
-    new RegExp(`^verdict: PASS — every one of ${MESSAGES} messages took effect exactly once`, "m"),
-  );
-  expect(cell(run.stdout, "side effects (keyed sink)")).toBe(String(MESSAGES));
-  expect(cell(run.stdout, "keys recorded done by oncely")).toBe(`${MESSAGES}/${MESSAGES}`);
-  expect(cell(run.stdout, "dead-lettered (must be 0)")).toBe("0");
-  expect(Number(cell(run.stdout, "duplicates suppressed")), run.stdout).toBeGreaterThan(0);
-  expect(
-    Number(cell(run.stdout, "crash recoveries (SIGKILL, restarted)")?.split("/")[1]),
-    run.stdout,
-  ).toBeGreaterThan(0);
-}
+const demo = (backend: string) => runDemo(backend, ["--messages", String(MESSAGES), "--workers", "3"]);
+const expectPass = (run: DemoRun, label: string) => expectDemoPass(run, MESSAGES, label);
 
 function namespaceOf(stdout: string): string {
   const namespace = /\(namespace (oncely-demo-[A-Za-z0-9_.-]+)\)/.exec(stdout)?.[1];
