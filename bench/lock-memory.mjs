@@ -1,6 +1,7 @@
 // lock() throughput on the memory backend against a bare Map claim/complete baseline, one run.
 // Usage: npm run bench  (builds first)   — env N=keys (default 200000), ROUNDS (default 5)
 import { lock, MemoryBackend, silentLogger } from "../dist/index.js";
+import { floorGuards } from "./lock-floor.mjs";
 import { median } from "./support.mjs";
 
 const N = Number(process.env.N ?? 200_000);
@@ -51,6 +52,8 @@ const rows = {
   "oncely lock() (heartbeat on, codec: false)": [],
   "memory backend claim + complete alone (no verb)": [],
 };
+const floors = floorGuards(work);
+for (const [name] of floors) rows[name] = [];
 for (let round = 0; round < ROUNDS; round++) {
   const keys = Array.from({ length: N }, (_, i) => `r${round}-k${i}`);
   rows["bare Map claim/complete"].push(N / (await time(baseline, keys)));
@@ -60,6 +63,7 @@ for (let round = 0; round < ROUNDS; round++) {
     N / (await time((k) => oncely(k, { codec: false }), keys)),
   );
   rows["memory backend claim + complete alone (no verb)"].push(N / (await time(backendOnly, keys)));
+  for (const [name, run] of floors) rows[name].push(N / (await time(run, keys)));
 }
 const base = median(rows["bare Map claim/complete"]);
 console.log(`lock() on memory, ${N} new keys per round, median of ${ROUNDS} rounds, node ${process.version}`);

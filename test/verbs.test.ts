@@ -7,7 +7,10 @@ import { coalesceClaims } from "../src/core/coalesce.js";
 import { storedKey } from "../src/core/namespace.js";
 import {
   type Backend,
+  type Claim,
   type ClaimOptions,
+  type ClaimOutcome,
+  type CompleteOptions,
   ConfigurationError,
   ConflictError,
   InProgressError,
@@ -172,6 +175,9 @@ describe.each(backends)("verb scenarios on $name", ({ make }) => {
       complete: async () => {
         throw new Error("connection reset");
       },
+      // A wrapper that changes complete must not inherit the synchronous forms (see Backend.claimSync).
+      claimSync: undefined,
+      completeSync: undefined,
     });
     const k = key("complete-throws");
     let runs = 0;
@@ -555,6 +561,58 @@ describe("results, keys and errors", () => {
     expect(batches[0]).toBe(10);
     expect(batches.reduce((a, b) => a + b, 0)).toBe(20);
     expect(coalesceClaims(inner)).toBe(inner);
+  });
+
+  it("synchronous transitions: a claimSync that throws is retried through claim with the same token", async () => {
+    const tokens: string[] = [];
+    let syncClaims = 0;
+    class Flaky extends MemoryBackend {
+      override claimSync(k: string, options: ClaimOptions): ClaimOutcome {
+        syncClaims++;
+        tokens.push(options.token);
+        throw new StorageError("busy", { backend: "memory", operation: "claim", key: k });
+      }
+      override async claim(k: string, options: ClaimOptions) {
+        tokens.push(options.token);
+        return super.claimSync(k, options);
+      }
+    }
+    const backend = new Flaky();
+    let runs = 0;
+    const outcome = await lock("sync-claim-throws", async () => ++runs, { backend, logger: quiet });
+    expect(outcome).toMatchObject({ kind: "ran", committed: true, value: 1 });
+    expect(runs).toBe(1);
+    expect(syncClaims).toBe(1);
+    expect(tokens).toHaveLength(2);
+    expect(new Set(tokens).size).toBe(1);
+    expect(await backend.get("sync-claim-throws")).toMatchObject({ state: "done", fence: 1 });
+  });
+
+  it("synchronous transitions: a completeSync that throws is retried through complete, else not committed", async () => {
+    let asyncCompletes = 0;
+    class Flaky extends MemoryBackend {
+      failAsync = false;
+      override completeSync(): boolean {
+        throw new Error("disk full");
+      }
+      override async complete(claim: Claim, options: CompleteOptions) {
+        asyncCompletes++;
+        if (this.failAsync) throw new Error("still full");
+        return super.completeSync(claim, options);
+      }
+    }
+    const backend = new Flaky();
+    const first = await lock("sync-complete-retried", async () => "a", { backend, logger: quiet });
+    expect(first).toMatchObject({ kind: "ran", committed: true, value: "a" });
+    expect(asyncCompletes).toBe(1);
+    backend.failAsync = true;
+    asyncCompletes = 0;
+    const { logger, lines } = recordingLogger();
+    const second = await lock("sync-complete-fails", async () => "b", { backend, logger, storageRetries: 1 });
+    expect(second).toMatchObject({ kind: "ran", committed: false, reason: "complete_failed", value: "b" });
+    expect(asyncCompletes).toBe(1);
+    expect(lines.some((l) => l.level === "error" && l.msg.includes("complete failed"))).toBe(true);
+    expect(await backend.get("sync-complete-fails")).toMatchObject({ state: "claimed" });
   });
 
   it("the memory backend refuses new keys beyond maxSize instead of evicting", async () => {

@@ -32,29 +32,40 @@ const decoder = new TextDecoder("utf-8", { fatal: true });
  */
 export const jsonCodec: ResultCodec<unknown> = {
   encode(value) {
-    let text: string | undefined;
-    try {
-      text = JSON.stringify(value);
-    } catch (cause) {
-      // a BigInt, a cycle, a throwing toJSON or getter: say where, else JSON's own message
-      let where: string | undefined;
-      try {
-        where = jsonRefusal(value, true);
-      } catch {
-        where = undefined;
-      }
-      throw new TypeError(where ?? describeError(cause), { cause });
-    }
-    if (text === undefined) throw new TypeError(`${describeValue(value)} has no JSON form`);
-    const refusal = jsonRefusal(value, false);
-    if (refusal !== undefined) throw new TypeError(refusal);
     // Buffer.from draws short strings from Node's pool: cheaper than TextEncoder on the hot path.
-    return Buffer.from(text, "utf8");
+    return Buffer.from(jsonText(value), "utf8");
   },
   decode(bytes) {
     return JSON.parse(decoder.decode(bytes));
   },
 };
+
+/** `jsonCodec`'s text for `value`, or a `TypeError` saying why JSON would not give it back. */
+function jsonText(value: unknown): string {
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(value);
+  } catch (cause) {
+    // a BigInt, a cycle, a throwing toJSON or getter: say where, else JSON's own message
+    let where: string | undefined;
+    try {
+      where = jsonRefusal(value, true);
+    } catch {
+      where = undefined;
+    }
+    throw new TypeError(where ?? describeError(cause), { cause });
+  }
+  if (text === undefined) throw new TypeError(`${describeValue(value)} has no JSON form`);
+  // A primitive that stringified is stored exactly, unless it is a non-finite number: no walk.
+  const refusal =
+    typeof value === "object" && value !== null
+      ? jsonRefusal(value, false)
+      : typeof value === "number" && !Number.isFinite(value)
+        ? `${value} would not round-trip through JSON (it becomes null) (at $)`
+        : undefined;
+  if (refusal !== undefined) throw new TypeError(refusal);
+  return text;
+}
 
 /**
  * Why JSON would not give `value` back as it is, or undefined when it would. One walk over plain
@@ -236,6 +247,7 @@ export function packResult<T>(value: T, codec: ResultCodec<T>, maxBytes: number)
   if (value === undefined) return { bytes: Uint8Array.of(Tag.Undefined) };
   let body: Uint8Array;
   try {
+    if (codec === jsonCodec) return packJson(jsonText(value), maxBytes);
     body = codec.encode(value);
   } catch (error) {
     const detail = safeText(error instanceof Error ? error.message : error, MAX_DETAIL);
@@ -245,14 +257,26 @@ export function packResult<T>(value: T, codec: ResultCodec<T>, maxBytes: number)
       detail,
     };
   }
-  if (body.length > maxBytes) {
-    return {
-      bytes: withTag(Tag.Omitted, encoder.encode("too_large")),
-      omitted: "too_large",
-      detail: `the encoded result is ${body.length} bytes; the cap is ${maxBytes}`,
-    };
-  }
+  if (body.length > maxBytes) return tooLarge(body.length, maxBytes);
   return { bytes: withTag(Tag.Value, body) };
+}
+
+/** The default codec's text, tagged in one buffer (no intermediate body copy). */
+function packJson(text: string, maxBytes: number): PackedResult {
+  const length = Buffer.byteLength(text, "utf8");
+  if (length > maxBytes) return tooLarge(length, maxBytes);
+  const out = Buffer.allocUnsafe(length + 1);
+  out[0] = Tag.Value;
+  out.write(text, 1, "utf8");
+  return { bytes: out };
+}
+
+function tooLarge(length: number, maxBytes: number): PackedResult {
+  return {
+    bytes: withTag(Tag.Omitted, encoder.encode("too_large")),
+    omitted: "too_large",
+    detail: `the encoded result is ${length} bytes; the cap is ${maxBytes}`,
+  };
 }
 
 /** Decodes what `packResult` stored. Never throws: an unreadable result is reported as unavailable. */

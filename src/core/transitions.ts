@@ -36,32 +36,9 @@ export function planClaim(
   now: number,
   options: ClaimOptions,
 ): Plan<ClaimOutcome> {
-  const win = (fence: number, via: ClaimVia, previous?: StoredRecord): Plan<ClaimOutcome> => {
-    const leaseUntil = now + options.leaseMs;
-    const claim: Claim = {
-      key,
-      fence,
-      token: options.token,
-      leaseUntil,
-      ttlMs: options.ttlMs,
-      reclaimed: via === "lapsed" || via === "expired",
-    };
-    const write: StoredRecord = {
-      key,
-      state: "claimed",
-      fence,
-      token: options.token,
-      leaseUntil,
-      expiresAt: leaseUntil + options.ttlMs,
-      fingerprint: via === "reaffirmed" ? previous?.fingerprint : options.fingerprint,
-      claimedAt: via === "reaffirmed" && previous !== undefined ? previous.claimedAt : now,
-    };
-    return { outcome: { kind: "won", claim, via }, write };
-  };
-
-  if (observed === undefined) return win(1, "absent");
-  if (isCorrupt(observed)) return win((observed.fence ?? 0) + 1, "corrupt");
-  if (now >= observed.expiresAt) return win(observed.fence + 1, "expired");
+  if (observed === undefined) return win(key, now, options, 1, "absent", undefined);
+  if (isCorrupt(observed)) return win(key, now, options, (observed.fence ?? 0) + 1, "corrupt", undefined);
+  if (now >= observed.expiresAt) return win(key, now, options, observed.fence + 1, "expired", undefined);
   if (observed.state === "done") {
     return {
       outcome: {
@@ -75,7 +52,7 @@ export function planClaim(
     };
   }
   if (observed.token !== "" && observed.token === options.token) {
-    return win(observed.fence, "reaffirmed", observed);
+    return win(key, now, options, observed.fence, "reaffirmed", observed);
   }
   if (now < observed.leaseUntil) {
     return {
@@ -88,7 +65,56 @@ export function planClaim(
       },
     };
   }
-  return win(observed.fence + 1, "lapsed");
+  return win(key, now, options, observed.fence + 1, "lapsed", undefined);
+}
+
+/** A won claim and the record it writes (a re-affirmed claim keeps its first fingerprint and time). */
+function win(
+  key: string,
+  now: number,
+  options: ClaimOptions,
+  fence: number,
+  via: ClaimVia,
+  previous: StoredRecord | undefined,
+): Plan<ClaimOutcome> {
+  const leaseUntil = now + options.leaseMs;
+  const claim: Claim = {
+    key,
+    fence,
+    token: options.token,
+    leaseUntil,
+    ttlMs: options.ttlMs,
+    reclaimed: via === "lapsed" || via === "expired",
+  };
+  const write = record(
+    key,
+    "claimed",
+    fence,
+    options.token,
+    leaseUntil,
+    leaseUntil + options.ttlMs,
+    previous === undefined ? options.fingerprint : previous.fingerprint,
+    undefined,
+    previous === undefined ? now : previous.claimedAt,
+    undefined,
+  );
+  return { outcome: { kind: "won", claim, via }, write };
+}
+
+/** Every written record has one shape (fields in one order): cheaper to build, read and copy. */
+function record(
+  key: string,
+  state: StoredRecord["state"],
+  fence: number,
+  token: string,
+  leaseUntil: number,
+  expiresAt: number,
+  fingerprint: string | undefined,
+  result: Uint8Array | undefined,
+  claimedAt: number,
+  completedAt: number | undefined,
+): StoredRecord {
+  return { key, state, fence, token, leaseUntil, expiresAt, fingerprint, result, claimedAt, completedAt };
 }
 
 /** complete: fence matches → done (a done record with the same fence answers true again); else false. */
@@ -101,30 +127,42 @@ export function planComplete(
   if (observed === undefined || isCorrupt(observed) || observed.fence !== claim.fence)
     return { outcome: false };
   if (observed.state === "done") return { outcome: true };
+  const o = observed;
   return {
     outcome: true,
-    write: {
-      ...observed,
-      state: "done",
-      result: options.result,
-      completedAt: now,
-      expiresAt: now + options.ttlMs,
-    },
+    write: record(
+      o.key,
+      "done",
+      o.fence,
+      o.token,
+      o.leaseUntil,
+      now + options.ttlMs,
+      o.fingerprint,
+      options.result,
+      o.claimedAt,
+      now,
+    ),
   };
 }
 
 /** release: fence matches on a claimed record → lease expires now, fence + 1, token cleared. */
 export function planRelease(observed: Observed, claim: Claim, now: number): Plan<boolean> {
   if (!isLiveClaim(observed, claim)) return { outcome: false };
+  const o = observed;
   return {
     outcome: true,
-    write: {
-      ...observed,
-      fence: observed.fence + 1,
-      token: "",
-      leaseUntil: now,
-      expiresAt: now + claim.ttlMs,
-    },
+    write: record(
+      o.key,
+      o.state,
+      o.fence + 1,
+      "",
+      now,
+      now + claim.ttlMs,
+      o.fingerprint,
+      o.result,
+      o.claimedAt,
+      o.completedAt,
+    ),
   };
 }
 
@@ -132,7 +170,22 @@ export function planRelease(observed: Observed, claim: Claim, now: number): Plan
 export function planRenew(observed: Observed, claim: Claim, now: number, leaseMs: number): Plan<boolean> {
   if (!isLiveClaim(observed, claim)) return { outcome: false };
   const leaseUntil = now + leaseMs;
-  return { outcome: true, write: { ...observed, leaseUntil, expiresAt: leaseUntil + claim.ttlMs } };
+  const o = observed;
+  return {
+    outcome: true,
+    write: record(
+      o.key,
+      o.state,
+      o.fence,
+      o.token,
+      leaseUntil,
+      leaseUntil + claim.ttlMs,
+      o.fingerprint,
+      o.result,
+      o.claimedAt,
+      o.completedAt,
+    ),
+  };
 }
 
 function isLiveClaim(observed: Observed, claim: Claim): observed is StoredRecord {

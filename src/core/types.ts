@@ -125,6 +125,16 @@ export interface Backend {
   claim(key: string, options: ClaimOptions): Promise<ClaimOutcome>;
   /** Marks the claim done when its fence still matches (no lease check); true on success or retry. */
   complete(claim: Claim, options: CompleteOptions): Promise<boolean>;
+  /**
+   * Optional synchronous forms of `claim` and `complete`, for in-process stores whose transitions
+   * never wait on I/O (the memory backend). When both are present the verbs call them directly:
+   * no promise and no deadline timer per call (a synchronous call returns before any timer could
+   * fire, so a deadline would bound nothing). Each must decide exactly as its async form; a throw
+   * is handled as that form's rejection (a `StorageError` is retried through the async form with
+   * the same token).
+   */
+  claimSync?(key: string, options: ClaimOptions): ClaimOutcome;
+  completeSync?(claim: Claim, options: CompleteOptions): boolean;
   /** Expires the lease in place and advances the fence; never deletes. */
   release(claim: Claim): Promise<boolean>;
   /** Extends the lease to now + leaseMs when the fence still matches. */

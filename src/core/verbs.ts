@@ -23,7 +23,7 @@ import {
 import { callHook, consoleLogger, EventType, hashKey, type Logger, type OncelyEvent } from "./events.js";
 import { Heartbeat } from "./heartbeat.js";
 import { validateKey } from "./keys.js";
-import { bounded, storeCall } from "./store-call.js";
+import { bounded, retryAfter, storeCall } from "./store-call.js";
 import {
   currentTelemetry,
   endSpan,
@@ -32,7 +32,7 @@ import {
   type Telemetry,
   type TelemetrySpan,
 } from "./telemetry.js";
-import type { Backend, Claim, ClaimOutcome } from "./types.js";
+import type { Backend, Claim, ClaimOutcome, CompleteOptions } from "./types.js";
 
 export { MAX_KEY_BYTES, validateKey } from "./keys.js";
 /** @default 60 seconds */
@@ -261,13 +261,45 @@ interface Acquired {
   readonly sentAt: number;
 }
 
-/** Claims with one token for every retry, so a retried call that already won is re-affirmed. */
-async function acquire(r: Resolved, key: string): Promise<Acquired> {
+type SyncBackend = Backend & Required<Pick<Backend, "claimSync" | "completeSync">>;
+
+/** Whether the backend answers claim and complete synchronously (both, or neither is used). */
+function isSync(backend: Backend): backend is SyncBackend {
+  return backend.claimSync !== undefined && backend.completeSync !== undefined;
+}
+
+/**
+ * Claims with one token for every retry, so a retried call that already won is re-affirmed. A
+ * backend with synchronous transitions answers at once (no promise); a throw there is retried
+ * through its async `claim`.
+ */
+function acquire(r: Resolved, key: string): Acquired | Promise<Acquired> {
   const claimOptions = { leaseMs: r.leaseMs, ttlMs: r.ttlMs, token: newToken(), fingerprint: r.fingerprint };
+  const backend = r.backend;
   const sentAt = r.clock.now();
-  try {
-    const outcome = await storeCall(r, "claim", key, () => r.backend.claim(key, claimOptions));
+  if (isSync(backend)) {
+    let outcome: ClaimOutcome;
+    try {
+      outcome = backend.claimSync(key, claimOptions);
+    } catch (cause) {
+      return settleClaim(
+        r,
+        retryAfter(r, "claim", key, () => backend.claim(key, claimOptions), sentAt, cause),
+        sentAt,
+      );
+    }
     return { outcome, sentAt };
+  }
+  return settleClaim(
+    r,
+    storeCall(r, "claim", key, () => backend.claim(key, claimOptions)),
+    sentAt,
+  );
+}
+
+async function settleClaim(r: Resolved, pending: Promise<ClaimOutcome>, sentAt: number): Promise<Acquired> {
+  try {
+    return { outcome: await pending, sentAt };
   } catch (error) {
     r.emit(EventType.StorageError, { error, detail: "claim" });
     throw error;
@@ -519,16 +551,11 @@ async function lockCall<T>(
   const codec = options.codec === undefined ? (jsonCodec as ResultCodec<T>) : options.codec;
   const wait = options.wait ?? 0;
   if (wait !== 0) checkWait(key, wait);
-  const acquired =
+  const claiming =
     wait === 0
-      ? await acquire(r, key)
-      : await acquireWaiting(
-          r,
-          key,
-          wait,
-          (held) => checkFingerprint(r, key, held.fingerprint, held.fence),
-          trace,
-        );
+      ? acquire(r, key)
+      : acquireWaiting(r, key, wait, (held) => checkFingerprint(r, key, held.fingerprint, held.fence), trace);
+  const acquired = claiming instanceof Promise ? await claiming : claiming;
   const { outcome } = acquired;
   if (trace !== undefined && outcome.kind !== "won") trace.fence = outcome.fence;
 
@@ -553,36 +580,38 @@ async function lockCall<T>(
   // complete keeps its lease, so a concurrent duplicate meets a live holder instead of reclaiming.
   const heartbeat = new Heartbeat(r, claim, acquired.sentAt, r.heartbeat);
   try {
-    return await finishLock(r, key, claim, heartbeat, work, options, codec);
+    let value: T;
+    try {
+      value = await work(new ClaimContext(claim, heartbeat));
+    } catch (error) {
+      heartbeat.stop();
+      await releaseQuietly(r, claim);
+      throw error;
+    }
+    if (options.shouldCommit !== undefined && !decidesToCommit(r, options.shouldCommit, value)) {
+      heartbeat.stop();
+      await releaseQuietly(r, claim);
+      return { kind: "ran", value, fence: claim.fence, committed: false, reason: "declined" };
+    }
+    const committing = commit(r, key, claim, value, options, codec);
+    return committing instanceof Promise ? await committing : committing;
   } finally {
     heartbeat.stop();
   }
 }
 
-async function finishLock<T>(
+/**
+ * Stores the work's value and completes the claim. Never throws: a fenced-out or failed complete is
+ * an outcome. Synchronous when the backend's complete is (no promise on that path).
+ */
+function commit<T>(
   r: Resolved,
   key: string,
   claim: Claim,
-  heartbeat: Heartbeat,
-  work: Work<T>,
+  value: T,
   options: LockOptions<T>,
   codec: ResultCodec<T> | false,
-): Promise<LockOutcome<T>> {
-  let value: T;
-  try {
-    value = await work(new ClaimContext(claim, heartbeat));
-  } catch (error) {
-    heartbeat.stop();
-    await releaseQuietly(r, claim);
-    throw error;
-  }
-
-  if (options.shouldCommit !== undefined && !decidesToCommit(r, options.shouldCommit, value)) {
-    heartbeat.stop();
-    await releaseQuietly(r, claim);
-    return { kind: "ran", value, fence: claim.fence, committed: false, reason: "declined" };
-  }
-
+): LockOutcome<T> | Promise<LockOutcome<T>> {
   const packed =
     codec === false
       ? undefined
@@ -597,35 +626,63 @@ async function finishLock<T>(
       // a logger that throws gets no second chance
     }
   }
+  const resultStored = packed?.omitted === undefined && packed !== undefined;
+  const backend = r.backend;
+  const completeOptions = { ttlMs: r.ttlMs, result: packed?.bytes };
+  const completing = isSync(backend)
+    ? completeNow(r, backend, key, claim, completeOptions)
+    : storeCall(r, "complete", key, () => backend.complete(claim, completeOptions));
+  if (typeof completing === "boolean") return committed(r, claim, value, completing, resultStored);
+  return completing.then(
+    (completed) => committed(r, claim, value, completed, resultStored),
+    (error: unknown) => completeFailed(r, claim, value, error),
+  );
+}
+
+/** The outcome of a complete that answered: done, or fenced out. */
+function committed<T>(
+  r: Resolved,
+  claim: Claim,
+  value: T,
+  completed: boolean,
+  resultStored: boolean,
+): LockOutcome<T> {
+  if (completed) {
+    r.emit(EventType.Completed, { fence: claim.fence });
+    return { kind: "ran", value, fence: claim.fence, committed: true, resultStored };
+  }
+  r.emit(EventType.FencedOut, { fence: claim.fence, detail: "complete" });
+  logError(
+    r,
+    { fence: claim.fence },
+    "work finished but another holder took the key over (fenced out); not committed",
+  );
+  return { kind: "ran", value, fence: claim.fence, committed: false, reason: "fenced_out" };
+}
+
+/** The outcome of a complete that failed or passed its deadline: the work ran, not committed. */
+function completeFailed<T>(r: Resolved, claim: Claim, value: T, error: unknown): LockOutcome<T> {
+  r.emit(EventType.CompleteFailed, { fence: claim.fence, error });
+  logError(
+    r,
+    { fence: claim.fence, error },
+    "work finished but complete failed; not committed (a redelivery may run it again)",
+  );
+  return { kind: "ran", value, fence: claim.fence, committed: false, reason: "complete_failed", error };
+}
+
+/** A synchronous backend's complete; a throw is retried through its async form (see `retryAfter`). */
+function completeNow(
+  r: Resolved,
+  backend: SyncBackend,
+  key: string,
+  claim: Claim,
+  options: CompleteOptions,
+): boolean | Promise<boolean> {
   try {
-    const completed = await storeCall(r, "complete", key, () =>
-      r.backend.complete(claim, { ttlMs: r.ttlMs, result: packed?.bytes }),
-    );
-    if (completed) {
-      r.emit(EventType.Completed, { fence: claim.fence });
-      return {
-        kind: "ran",
-        value,
-        fence: claim.fence,
-        committed: true,
-        resultStored: packed?.omitted === undefined && packed !== undefined,
-      };
-    }
-    r.emit(EventType.FencedOut, { fence: claim.fence, detail: "complete" });
-    logError(
-      r,
-      { fence: claim.fence },
-      "work finished but another holder took the key over (fenced out); not committed",
-    );
-    return { kind: "ran", value, fence: claim.fence, committed: false, reason: "fenced_out" };
-  } catch (error) {
-    r.emit(EventType.CompleteFailed, { fence: claim.fence, error });
-    logError(
-      r,
-      { fence: claim.fence, error },
-      "work finished but complete failed; not committed (a redelivery may run it again)",
-    );
-    return { kind: "ran", value, fence: claim.fence, committed: false, reason: "complete_failed", error };
+    return backend.completeSync(claim, options);
+  } catch (cause) {
+    return retryAfter(r, "complete", key, () => backend.complete(claim, options), r.clock.now(), cause);
   }
 }
 

@@ -18,3 +18,14 @@ backendContract(
     },
   },
 );
+
+// A backend on a map of its own (the default) stores each key as its own id: the same contract.
+backendContract(
+  { describe, it },
+  {
+    name: "memory (own map)",
+    time: "manual",
+    create: ({ namespace, clock }) => new MemoryBackend({ namespace, clock }),
+    supports: { purgeExpired: true, notifications: true },
+  },
+);

@@ -98,6 +98,12 @@ const cases: Array<{
     structured: "same",
   },
   {
+    name: "a top-level NaN",
+    value: () => Number.NaN,
+    json: /^NaN would not round-trip through JSON \(it becomes null\) \(at \$\)$/,
+    structured: "same",
+  },
+  {
     name: "-Infinity",
     value: () => Number.NEGATIVE_INFINITY,
     json: /-Infinity would not round-trip/,

@@ -86,15 +86,23 @@ export class MemoryBackend implements Backend {
   readonly #map: Map<string, unknown>;
   readonly #clock: Clock;
   readonly #maxSize: number;
-  /** `storedKey`'s prefix for this backend's namespace (see `core/namespace.ts`). */
+  /**
+   * `storedKey`'s prefix for this backend's namespace (see `core/namespace.ts`) in a map shared
+   * through `options.map`; empty in a map of its own, which no other backend can reach (a key is then
+   * its own id, with no string built per call).
+   */
   readonly #prefix: string;
   readonly #waiters = new Map<string, Set<() => void>>();
+  /** Whether the map came from `options.map` (others may write to it). */
+  readonly #shared: boolean;
 
   constructor(options: MemoryBackendOptions = {}) {
     this.#map = options.map ?? new Map();
     this.#clock = options.clock ?? systemClock;
     this.#maxSize = options.maxSize ?? 10_000;
-    this.#prefix = keyPrefix(validateNamespace(this.name, options.namespace));
+    const namespace = validateNamespace(this.name, options.namespace);
+    this.#shared = options.map !== undefined;
+    this.#prefix = this.#shared ? keyPrefix(namespace) : "";
   }
 
   /** Number of records held, expired ones included until they are dropped. */
@@ -104,7 +112,8 @@ export class MemoryBackend implements Backend {
 
   #read(id: string): Observed {
     const raw = this.#map.get(id);
-    if (raw === undefined && !this.#map.has(id)) return undefined;
+    // Only a shared map can hold a raw `undefined` (a corrupt value put there by someone else).
+    if (raw === undefined && (!this.#shared || !this.#map.has(id))) return undefined;
     if (raw instanceof WrittenRecord) return raw;
     return decodeRecord(raw);
   }
@@ -117,9 +126,19 @@ export class MemoryBackend implements Backend {
 
   /** claim: the §2 table, decided and written in one synchronous step. */
   async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
+    return this.claimSync(key, options);
+  }
+
+  async complete(claim: Claim, options: CompleteOptions): Promise<boolean> {
+    return this.completeSync(claim, options);
+  }
+
+  /** `claim` without the promise: the verbs call this one directly (see `Backend.claimSync`). */
+  claimSync(key: string, options: ClaimOptions): ClaimOutcome {
     const id = this.#prefix + key;
     const now = this.#clock.now();
-    if (!this.#map.has(id) && this.#map.size >= this.#maxSize) {
+    const observed = this.#read(id);
+    if (observed === undefined && this.#map.size >= this.#maxSize) {
       this.#dropExpired(now);
       if (this.#map.size >= this.#maxSize) {
         throw new StorageError(
@@ -132,12 +151,13 @@ export class MemoryBackend implements Backend {
         );
       }
     }
-    const plan = planClaim(this.#read(id), key, now, options);
+    const plan = planClaim(observed, key, now, options);
     this.#write(id, plan.write);
     return copyOutcome(plan.outcome);
   }
 
-  async complete(claim: Claim, options: CompleteOptions): Promise<boolean> {
+  /** `complete` without the promise (see `Backend.completeSync`). */
+  completeSync(claim: Claim, options: CompleteOptions): boolean {
     const id = this.#prefix + claim.key;
     const plan = planComplete(this.#read(id), claim, this.#clock.now(), options);
     this.#write(id, plan.write);
