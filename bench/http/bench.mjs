@@ -1,6 +1,7 @@
 // `npm run bench:http`: requests/s and p99 of a trivial POST through each HTTP adapter on the memory
 // backend, against the same app without the middleware, with autocannon in its own process (new keys
-// and replays); express-idempotency 1.0.6 (its in-memory adapter) on the same Express app. One run,
+// and replays); express-idempotency 1.0.6 (its in-memory adapter) on the same Express app; on Express
+// and Fastify the "floor", a minimal inline guard (see server.mjs) that locates the limit. One run,
 // ratios against the bare app measured in the same run; rounds interleave variants and the table
 // shows medians. Options: --seconds N (per measurement, default 4), --rounds N (default 2),
 // --connections N (default 10), --only express,fastify,hono,fetch.
@@ -87,6 +88,10 @@ for (const framework of frameworks) {
   plan.push([framework, "bare", "new"]);
   plan.push([framework, "oncely", "new"]);
   plan.push([framework, "oncely", "replay"]);
+  if (framework === "express" || framework === "fastify") {
+    plan.push([framework, "floor", "new"]);
+    plan.push([framework, "floor", "replay"]);
+  }
   if (framework === "express") {
     plan.push([framework, "express-idempotency", "new"]);
     plan.push([framework, "express-idempotency", "replay"]);
@@ -139,6 +144,10 @@ for (const framework of frameworks) {
   row("bare app", bare);
   row("oncely, new keys", `${framework}|oncely|new`, 0.75);
   row("oncely, replays", `${framework}|oncely|replay`, 0.9);
+  if (framework === "express" || framework === "fastify") {
+    row("floor (minimal inline guard), new keys", `${framework}|floor|new`);
+    row("floor (minimal inline guard), replays", `${framework}|floor|replay`);
+  }
   if (framework === "express") {
     row("express-idempotency 1.0.6, new keys", "express|express-idempotency|new");
     row("express-idempotency 1.0.6, replays", "express|express-idempotency|replay");
