@@ -4,6 +4,7 @@ import { keyPrefix, validateNamespace } from "../../core/namespace.js";
 import {
   decodeRecord,
   type Observed,
+  PlannedRecord,
   planClaim,
   planComplete,
   planRelease,
@@ -20,36 +21,6 @@ import type {
   PurgeOptions,
   StoredRecord,
 } from "../../core/types.js";
-
-/**
- * A record this backend wrote itself: known good, so reads skip decoding it. A class (not a brand
- * property) keeps one hidden class for every record, which matters on the hot path.
- */
-class WrittenRecord implements StoredRecord {
-  readonly key: string;
-  readonly state: StoredRecord["state"];
-  readonly fence: number;
-  readonly token: string;
-  readonly leaseUntil: number;
-  readonly expiresAt: number;
-  readonly fingerprint: string | undefined;
-  readonly result: Uint8Array | undefined;
-  readonly claimedAt: number;
-  readonly completedAt: number | undefined;
-
-  constructor(r: StoredRecord) {
-    this.key = r.key;
-    this.state = r.state;
-    this.fence = r.fence;
-    this.token = r.token;
-    this.leaseUntil = r.leaseUntil;
-    this.expiresAt = r.expiresAt;
-    this.fingerprint = r.fingerprint;
-    this.result = r.result === undefined ? undefined : copyBytes(r.result);
-    this.claimedAt = r.claimedAt;
-    this.completedAt = r.completedAt;
-  }
-}
 
 export interface MemoryBackendOptions {
   /**
@@ -114,13 +85,19 @@ export class MemoryBackend implements Backend {
     const raw = this.#map.get(id);
     // Only a shared map can hold a raw `undefined` (a corrupt value put there by someone else).
     if (raw === undefined && (!this.#shared || !this.#map.has(id))) return undefined;
-    if (raw instanceof WrittenRecord) return raw;
-    return decodeRecord(raw);
+    // A record a planner built was written here (with bytes copied in): known good, no decoding.
+    if (raw instanceof PlannedRecord) return raw;
+    // Anything else was put into a shared map from outside: decoded, and its bytes copied so that no
+    // record written from it aliases them.
+    const decoded = decodeRecord(raw);
+    return "corrupt" in decoded || decoded.result === undefined
+      ? decoded
+      : { ...decoded, result: copyBytes(decoded.result) };
   }
 
   #write(id: string, record: StoredRecord | undefined): void {
     if (record === undefined) return;
-    this.#map.set(id, new WrittenRecord(record));
+    this.#map.set(id, record);
     this.#notify(id);
   }
 
@@ -159,7 +136,10 @@ export class MemoryBackend implements Backend {
   /** `complete` without the promise (see `Backend.completeSync`). */
   completeSync(claim: Claim, options: CompleteOptions): boolean {
     const id = this.#prefix + claim.key;
-    const plan = planComplete(this.#read(id), claim, this.#clock.now(), options);
+    // The map keeps its own copy of the result: the caller's bytes are never aliased.
+    const owned =
+      options.result === undefined ? options : { ttlMs: options.ttlMs, result: copyBytes(options.result) };
+    const plan = planComplete(this.#read(id), claim, this.#clock.now(), owned);
     this.#write(id, plan.write);
     return plan.outcome;
   }
