@@ -7,7 +7,8 @@
  *   `planRenew`, `visible`, `decodeRecord`): a backend reads the record, asks the planner what to
  *   write and what to answer, and writes it atomically — it holds no policy of its own;
  * - `storageError` to wrap a driver's failure as `StorageError` (with the driver's error as `cause`),
- *   and the validation every store applies to namespaces, table names and keys.
+ *   and the validation every store applies to namespaces, table names and keys;
+ * - `delegatesToSync`, for an in-process store with synchronous transitions (`Backend.claimSync`).
  *
  * Prove the backend with the contract suite, `backendContract` from `oncely/testing`:
  *
@@ -47,6 +48,7 @@ export {
   type ClaimOutcome,
   ClaimVia,
   type CompleteOptions,
+  delegatesToSync,
   type PurgeOptions,
   RecordState,
   type StoredRecord,

@@ -175,9 +175,6 @@ describe.each(backends)("verb scenarios on $name", ({ make }) => {
       complete: async () => {
         throw new Error("connection reset");
       },
-      // A wrapper that changes complete must not inherit the synchronous forms (see Backend.claimSync).
-      claimSync: undefined,
-      completeSync: undefined,
     });
     const k = key("complete-throws");
     let runs = 0;
@@ -565,15 +562,11 @@ describe("results, keys and errors", () => {
 
   it("synchronous transitions: a claimSync that throws is retried through claim with the same token", async () => {
     const tokens: string[] = [];
-    let syncClaims = 0;
     class Flaky extends MemoryBackend {
       override claimSync(k: string, options: ClaimOptions): ClaimOutcome {
-        syncClaims++;
         tokens.push(options.token);
-        throw new StorageError("busy", { backend: "memory", operation: "claim", key: k });
-      }
-      override async claim(k: string, options: ClaimOptions) {
-        tokens.push(options.token);
+        if (tokens.length === 1)
+          throw new StorageError("busy", { backend: "memory", operation: "claim", key: k });
         return super.claimSync(k, options);
       }
     }
@@ -582,37 +575,55 @@ describe("results, keys and errors", () => {
     const outcome = await lock("sync-claim-throws", async () => ++runs, { backend, logger: quiet });
     expect(outcome).toMatchObject({ kind: "ran", committed: true, value: 1 });
     expect(runs).toBe(1);
-    expect(syncClaims).toBe(1);
+    // the direct call, then the retry through the (delegating) async claim: one token
     expect(tokens).toHaveLength(2);
     expect(new Set(tokens).size).toBe(1);
     expect(await backend.get("sync-claim-throws")).toMatchObject({ state: "done", fence: 1 });
   });
 
   it("synchronous transitions: a completeSync that throws is retried through complete, else not committed", async () => {
-    let asyncCompletes = 0;
+    let calls = 0;
+    let failures = 1;
     class Flaky extends MemoryBackend {
-      failAsync = false;
-      override completeSync(): boolean {
-        throw new Error("disk full");
-      }
-      override async complete(claim: Claim, options: CompleteOptions) {
-        asyncCompletes++;
-        if (this.failAsync) throw new Error("still full");
+      override completeSync(claim: Claim, options: CompleteOptions): boolean {
+        calls++;
+        if (failures-- > 0) throw new Error("disk full");
         return super.completeSync(claim, options);
       }
     }
     const backend = new Flaky();
     const first = await lock("sync-complete-retried", async () => "a", { backend, logger: quiet });
     expect(first).toMatchObject({ kind: "ran", committed: true, value: "a" });
-    expect(asyncCompletes).toBe(1);
-    backend.failAsync = true;
-    asyncCompletes = 0;
+    expect(calls).toBe(2);
+    failures = Number.POSITIVE_INFINITY;
+    calls = 0;
     const { logger, lines } = recordingLogger();
     const second = await lock("sync-complete-fails", async () => "b", { backend, logger, storageRetries: 1 });
     expect(second).toMatchObject({ kind: "ran", committed: false, reason: "complete_failed", value: "b" });
-    expect(asyncCompletes).toBe(1);
+    expect(calls).toBe(2);
     expect(lines.some((l) => l.level === "error" && l.msg.includes("complete failed"))).toBe(true);
     expect(await backend.get("sync-complete-fails")).toMatchObject({ state: "claimed" });
+  });
+
+  it("synchronous transitions are never used past a replaced claim or complete (subclass or wrapper)", async () => {
+    const seen: string[] = [];
+    class Instrumented extends MemoryBackend {
+      override async claim(k: string, options: ClaimOptions) {
+        seen.push(`claim ${k}`);
+        return super.claim(k, options);
+      }
+    }
+    const inner = new MemoryBackend();
+    const wrapped: Backend = Object.assign(Object.create(inner) as Backend, {
+      claim: inner.claim.bind(inner),
+      complete: async (claim: Claim, options: CompleteOptions) => {
+        seen.push(`complete ${claim.key}`);
+        return inner.complete(claim, options);
+      },
+    });
+    await lock("replaced-claim", async () => 1, { backend: new Instrumented(), logger: quiet });
+    await lock("replaced-complete", async () => 1, { backend: wrapped, logger: quiet });
+    expect(seen).toEqual(["claim replaced-claim", "complete replaced-complete"]);
   });
 
   it("the memory backend refuses new keys beyond maxSize instead of evicting", async () => {

@@ -112,6 +112,24 @@ export interface BackendCapabilities {
   readonly multiProcess: boolean;
 }
 
+const DELEGATES_TO_SYNC = Symbol.for("oncely.delegatesToSync");
+
+/**
+ * Marks a backend's async `claim` or `complete` as exactly its `claimSync` / `completeSync` wrapped
+ * in a promise, so that the verbs may call the synchronous form directly (see `Backend.claimSync`).
+ * Mark the methods on the class's prototype; a subclass that overrides them unmarked is then
+ * called through its own methods.
+ */
+export function delegatesToSync<F extends (...args: never[]) => Promise<unknown>>(method: F): F {
+  Object.defineProperty(method, DELEGATES_TO_SYNC, { value: true });
+  return method;
+}
+
+/** Whether `method` was marked with `delegatesToSync`. */
+export function isDelegatingToSync(method: unknown): boolean {
+  return (method as { [DELEGATES_TO_SYNC]?: boolean } | undefined)?.[DELEGATES_TO_SYNC] === true;
+}
+
 /**
  * The backend port. Each method is one atomic transition (SPEC §2), decided in one round trip to the
  * store where the store allows it. Backends hold no policy; they throw `StorageError` (with the driver
@@ -127,11 +145,12 @@ export interface Backend {
   complete(claim: Claim, options: CompleteOptions): Promise<boolean>;
   /**
    * Optional synchronous forms of `claim` and `complete`, for in-process stores whose transitions
-   * never wait on I/O (the memory backend). When both are present the verbs call them directly:
-   * no promise and no deadline timer per call (a synchronous call returns before any timer could
-   * fire, so a deadline would bound nothing). Each must decide exactly as its async form; a throw
-   * is handled as that form's rejection (a `StorageError` is retried through the async form with
-   * the same token).
+   * never wait on I/O (the memory backend). The verbs call them directly — no promise and no
+   * deadline timer per call (a synchronous call returns before any timer could fire, so a deadline
+   * would bound nothing) — but only while the backend's `claim` and `complete` are both marked with
+   * `delegatesToSync`, i.e. are these forms wrapped: a subclass or wrapper that replaces `claim` or
+   * `complete` is called as it is. A throw is handled as the async form's rejection (a
+   * `StorageError` is retried through the async form, same token, within `storeTimeoutMs`).
    */
   claimSync?(key: string, options: ClaimOptions): ClaimOutcome;
   completeSync?(claim: Claim, options: CompleteOptions): boolean;

@@ -32,7 +32,13 @@ import {
   type Telemetry,
   type TelemetrySpan,
 } from "./telemetry.js";
-import type { Backend, Claim, ClaimOutcome, CompleteOptions } from "./types.js";
+import {
+  type Backend,
+  type Claim,
+  type ClaimOutcome,
+  type CompleteOptions,
+  isDelegatingToSync,
+} from "./types.js";
 
 export { MAX_KEY_BYTES, validateKey } from "./keys.js";
 /** @default 60 seconds */
@@ -263,9 +269,17 @@ interface Acquired {
 
 type SyncBackend = Backend & Required<Pick<Backend, "claimSync" | "completeSync">>;
 
-/** Whether the backend answers claim and complete synchronously (both, or neither is used). */
+/**
+ * Whether the backend answers claim and complete synchronously: both forms present, and its async
+ * `claim` and `complete` marked as delegating to them (a replaced method is never bypassed).
+ */
 function isSync(backend: Backend): backend is SyncBackend {
-  return backend.claimSync !== undefined && backend.completeSync !== undefined;
+  return (
+    backend.claimSync !== undefined &&
+    backend.completeSync !== undefined &&
+    isDelegatingToSync(backend.claim) &&
+    isDelegatingToSync(backend.complete)
+  );
 }
 
 /**

@@ -11,15 +11,16 @@ import {
   planRenew,
   visible,
 } from "../../core/transitions.js";
-import type {
-  Backend,
-  BackendCapabilities,
-  Claim,
-  ClaimOptions,
-  ClaimOutcome,
-  CompleteOptions,
-  PurgeOptions,
-  StoredRecord,
+import {
+  type Backend,
+  type BackendCapabilities,
+  type Claim,
+  type ClaimOptions,
+  type ClaimOutcome,
+  type CompleteOptions,
+  delegatesToSync,
+  type PurgeOptions,
+  type StoredRecord,
 } from "../../core/types.js";
 
 export interface MemoryBackendOptions {
@@ -239,6 +240,10 @@ export class MemoryBackend implements Backend {
     return dropped;
   }
 }
+
+// The async forms are the synchronous ones in a promise: the verbs may call claimSync/completeSync.
+delegatesToSync(MemoryBackend.prototype.claim);
+delegatesToSync(MemoryBackend.prototype.complete);
 
 function copyOutcome(outcome: ClaimOutcome): ClaimOutcome {
   return outcome.kind === "done" && outcome.result !== undefined
