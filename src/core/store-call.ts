@@ -41,9 +41,19 @@ class InFlight<T> extends Scheduled {
   resolve!: (value: T) => void;
   reject!: (error: unknown) => void;
   settled = false;
+  /** What a failure or the deadline turns into (a retry), instead of rejecting as it is. */
+  readonly #fail: ((cause: unknown) => Promise<T>) | undefined;
 
-  constructor(host: StoreCallHost, operation: string, key: string, ms: number, shared: boolean) {
+  constructor(
+    host: StoreCallHost,
+    operation: string,
+    key: string,
+    ms: number,
+    shared: boolean,
+    fail: ((cause: unknown) => Promise<T>) | undefined,
+  ) {
     super();
+    this.#fail = fail;
     this.#host = host;
     this.#operation = operation;
     this.#key = key;
@@ -57,7 +67,13 @@ class InFlight<T> extends Scheduled {
   override run(): void {
     if (this.settled) return;
     this.settled = true;
-    this.reject(timeoutError(this.#host, this.#operation, this.#key, this.#ms));
+    this.failed(timeoutError(this.#host, this.#operation, this.#key, this.#ms));
+  }
+
+  /** Settles a failure: through the retry when there is one (no extra promise on success). */
+  failed(cause: unknown): void {
+    if (this.#fail === undefined) this.reject(cause);
+    else this.#fail(cause).then(this.resolve, this.reject);
   }
 
   done(): boolean {
@@ -73,6 +89,7 @@ class InFlight<T> extends Scheduled {
  * One attempt of a store call, bounded by `ms`; the driver's own failure passes through as is.
  * @param shared `ms` is a fixed deadline of the configuration (the hot path: calls share one timer
  *   queue per length); false for one-off lengths such as a retry's remaining budget
+ * @param fail what a failure or the deadline becomes instead of a rejection (`storeCall`'s retry)
  */
 export function bounded<T>(
   host: StoreCallHost,
@@ -81,8 +98,9 @@ export function bounded<T>(
   call: () => Promise<T>,
   ms = host.storeTimeoutMs,
   shared = true,
+  fail?: (cause: unknown) => Promise<T>,
 ): Promise<T> {
-  const flight = new InFlight<T>(host, operation, key, ms, shared);
+  const flight = new InFlight<T>(host, operation, key, ms, shared, fail);
   const promise = new Promise<T>((resolve, reject) => {
     flight.resolve = resolve;
     flight.reject = reject;
@@ -98,7 +116,7 @@ export function bounded<T>(
       if (flight.done()) flight.resolve(value);
     },
     (error: unknown) => {
-      if (flight.done()) flight.reject(error);
+      if (flight.done()) flight.failed(error);
     },
   );
   return promise;
@@ -117,7 +135,9 @@ export function storeCall<T>(
   call: () => Promise<T>,
 ): Promise<T> {
   const start = host.clock.now();
-  return bounded(host, operation, key, call).catch((cause: unknown) =>
+  // The retry is the failure path of the first attempt itself: a call that succeeds costs no extra
+  // promise (nor the microtask turn a `.catch` would add).
+  return bounded(host, operation, key, call, host.storeTimeoutMs, true, (cause: unknown) =>
     retry(host, operation, key, call, start, cause),
   );
 }
