@@ -60,8 +60,8 @@ function jsonText(value: unknown): string {
   const refusal =
     typeof value === "object" && value !== null
       ? jsonRefusal(value, false)
-      : typeof value === "number" && !Number.isFinite(value)
-        ? `${value} would not round-trip through JSON (it becomes null) (at $)`
+      : typeof value === "number"
+        ? located(numberRefusal(value), [])
         : undefined;
   if (refusal !== undefined) throw new TypeError(refusal);
   return text;
@@ -86,7 +86,7 @@ function jsonRefusal(value: unknown, guardCycles: boolean): string | undefined {
       case "boolean":
         return undefined;
       case "number":
-        return Number.isFinite(v) ? undefined : `${v} would not round-trip through JSON (it becomes null)`;
+        return numberRefusal(v);
       case "undefined":
         return undefined; // only reached for object properties: arrays are checked below
       case "object":
@@ -127,6 +127,11 @@ function jsonRefusal(value: unknown, guardCycles: boolean): string | undefined {
     return undefined;
   };
   return located(walk(value), trail);
+}
+
+/** Why JSON would not give a number back (NaN and ±Infinity become null), or undefined. */
+function numberRefusal(v: number): string | undefined {
+  return Number.isFinite(v) ? undefined : `${v} would not round-trip through JSON (it becomes null)`;
 }
 
 /** A refusal with where it happened, from the steps pushed on the way out: `… (at $.items[2].when)`. */

@@ -144,22 +144,11 @@ export function storeCall<T>(
 
 /**
  * What a failed first attempt of a store call does next: retry within the budget counted from
- * `start`, or throw the `StorageError`. For a backend's synchronous transitions (`claimSync`,
- * `completeSync`), which are called directly and throw instead of rejecting: the retries go through
- * the async form, bounded as usual.
+ * `start`, or throw the `StorageError`. `storeCall` uses it as its first attempt's failure path;
+ * the verbs use it for a backend's synchronous transitions (`claimSync`, `completeSync`), which throw
+ * instead of rejecting: the retries go through the async form, bounded as usual.
  */
-export function retryAfter<T>(
-  host: StoreCallHost,
-  operation: string,
-  key: string,
-  call: () => Promise<T>,
-  start: number,
-  cause: unknown,
-): Promise<T> {
-  return retry(host, operation, key, call, start, cause);
-}
-
-async function retry<T>(
+export async function retry<T>(
   host: StoreCallHost,
   operation: string,
   key: string,

@@ -178,44 +178,39 @@ export function planComplete(
 /** release: fence matches on a claimed record → lease expires now, fence + 1, token cleared. */
 export function planRelease(observed: Observed, claim: Claim, now: number): Plan<boolean> {
   if (!isLiveClaim(observed, claim)) return { outcome: false };
-  const o = observed;
-  return {
-    outcome: true,
-    write: record(
-      o.key,
-      o.state,
-      o.fence + 1,
-      "",
-      now,
-      now + claim.ttlMs,
-      o.fingerprint,
-      o.result,
-      o.claimedAt,
-      o.completedAt,
-    ),
-  };
+  return { outcome: true, write: relet(observed, observed.fence + 1, "", now, now + claim.ttlMs) };
 }
 
 /** renew: fence matches on a claimed record → lease = now + leaseMs (no lease check: ownership is the fence). */
 export function planRenew(observed: Observed, claim: Claim, now: number, leaseMs: number): Plan<boolean> {
   if (!isLiveClaim(observed, claim)) return { outcome: false };
   const leaseUntil = now + leaseMs;
-  const o = observed;
   return {
     outcome: true,
-    write: record(
-      o.key,
-      o.state,
-      o.fence,
-      o.token,
-      leaseUntil,
-      leaseUntil + claim.ttlMs,
-      o.fingerprint,
-      o.result,
-      o.claimedAt,
-      o.completedAt,
-    ),
+    write: relet(observed, observed.fence, observed.token, leaseUntil, leaseUntil + claim.ttlMs),
   };
+}
+
+/** A claimed record with its lease part (fence, token, lease, expiry) rewritten, the rest kept. */
+function relet(
+  o: StoredRecord,
+  fence: number,
+  token: string,
+  leaseUntil: number,
+  expiresAt: number,
+): StoredRecord {
+  return record(
+    o.key,
+    o.state,
+    fence,
+    token,
+    leaseUntil,
+    expiresAt,
+    o.fingerprint,
+    o.result,
+    o.claimedAt,
+    o.completedAt,
+  );
 }
 
 function isLiveClaim(observed: Observed, claim: Claim): observed is StoredRecord {

@@ -23,7 +23,7 @@ import {
 import { callHook, consoleLogger, EventType, hashKey, type Logger, type OncelyEvent } from "./events.js";
 import { Heartbeat } from "./heartbeat.js";
 import { validateKey } from "./keys.js";
-import { bounded, retryAfter, storeCall } from "./store-call.js";
+import { bounded, retry, storeCall } from "./store-call.js";
 import {
   currentTelemetry,
   endSpan,
@@ -298,7 +298,7 @@ function acquire(r: Resolved, key: string): Acquired | Promise<Acquired> {
     } catch (cause) {
       return settleClaim(
         r,
-        retryAfter(r, "claim", key, () => backend.claim(key, claimOptions), sentAt, cause),
+        retry(r, "claim", key, () => backend.claim(key, claimOptions), sentAt, cause),
         sentAt,
       );
     }
@@ -685,7 +685,7 @@ function completeFailed<T>(r: Resolved, claim: Claim, value: T, error: unknown):
   return { kind: "ran", value, fence: claim.fence, committed: false, reason: "complete_failed", error };
 }
 
-/** A synchronous backend's complete; a throw is retried through its async form (see `retryAfter`). */
+/** A synchronous backend's complete; a throw is retried through its async form (see `retry` in store-call.ts). */
 function completeNow(
   r: Resolved,
   backend: SyncBackend,
@@ -696,7 +696,7 @@ function completeNow(
   try {
     return backend.completeSync(claim, options);
   } catch (cause) {
-    return retryAfter(r, "complete", key, () => backend.complete(claim, options), r.clock.now(), cause);
+    return retry(r, "complete", key, () => backend.complete(claim, options), r.clock.now(), cause);
   }
 }
 
