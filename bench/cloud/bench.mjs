@@ -24,7 +24,7 @@
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { once } from "node:events";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createRequire, register } from "node:module";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -124,6 +124,19 @@ async function startJava(what, jar, main, args) {
   }
 }
 
+/** CPU time (user + system, ms) a process has used so far, from Linux /proc; undefined elsewhere. */
+function processCpuMs(pid) {
+  if (pid === undefined) return undefined;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS;
+  } catch {
+    return undefined;
+  }
+}
+const CLOCK_TICKS = 100;
+
 function counter(n) {
   const runs = new Uint32Array(n);
   return {
@@ -140,8 +153,19 @@ const results = [];
 let violations = 0;
 
 /** Runs every contender of one store, interleaved, ROUNDS times; each round on fresh keys. */
-async function measure(store, n, contenders) {
-  const samples = new Map(contenders.map((c) => [c.name, { new: [], dup: [] }]));
+async function measure(store, n, contenders, serverPid) {
+  const samples = new Map(
+    contenders.map((c) => [c.name, { new: [], dup: [], newCpu: [], dupCpu: [], newStore: [], dupStore: [] }]),
+  );
+  // ops/s of one pass, with this process's and the store process's CPU time per operation (µs)
+  const pass = async (s, kind, op) => {
+    const client = process.cpuUsage();
+    const server = processCpuMs(serverPid);
+    s[kind].push(await drive(n, C, op));
+    const used = process.cpuUsage(client);
+    s[`${kind}Cpu`].push((used.user + used.system) / n);
+    if (server !== undefined) s[`${kind}Store`].push(((processCpuMs(serverPid) - server) * 1000) / n);
+  };
   for (const contender of contenders) {
     const warm = contender.make(`w${contender.tag}${randomUUID().slice(0, 8)}`, counter(C));
     await drive(C, C, (i) => warm(i));
@@ -151,10 +175,10 @@ async function measure(store, n, contenders) {
       const prefix = `${contender.tag}${randomUUID().slice(0, 8)}`;
       const k = counter(n);
       const op = contender.make(prefix, k);
-      samples.get(contender.name).new.push(await drive(n, C, (i) => op(i)));
+      await pass(samples.get(contender.name), "new", (i) => op(i));
       const bad = k.exactlyOnce();
       const before = k.total();
-      samples.get(contender.name).dup.push(await drive(n, C, (i) => op(i)));
+      await pass(samples.get(contender.name), "dup", (i) => op(i));
       const ran = k.total() - before;
       if (bad + ran > 0) {
         violations += bad + ran;
@@ -165,7 +189,17 @@ async function measure(store, n, contenders) {
     }
   }
   for (const [name, s] of samples) {
-    results.push({ store, name, new: median(s.new), dup: median(s.dup) });
+    const m = (v) => (v.length === 0 ? undefined : median(v));
+    results.push({
+      store,
+      name,
+      new: median(s.new),
+      dup: median(s.dup),
+      newCpu: m(s.newCpu),
+      dupCpu: m(s.dupCpu),
+      newStore: m(s.newStore),
+      dupStore: m(s.dupStore),
+    });
   }
 }
 
@@ -289,7 +323,7 @@ async function benchDynalite(returnOld) {
           return (i) => fn({ id: `${prefix}:${i}`, i });
         },
       },
-    ]);
+    ], server.child.pid);
   } finally {
     oncelyClient.destroy();
     powertoolsClient.destroy();
@@ -344,7 +378,7 @@ async function benchDatastore() {
           await tx.commit();
         },
       },
-    ]);
+    ], emulator.child.pid);
   } finally {
     for (const gapic of datastore.clients_?.values() ?? []) await gapic.close?.().catch(() => {});
     await stop(emulator.child);
@@ -392,7 +426,7 @@ async function benchFirestore() {
           );
         },
       },
-    ]);
+    ], emulator.child.pid);
   } finally {
     await firestore.terminate().catch(() => {});
     await stop(emulator.child);
@@ -412,9 +446,16 @@ for (const store of STORES) {
 }
 
 const fmt = (v) => (v === undefined ? "—" : v.toFixed(0));
-console.log("\n| store | contender | new keys ops/s | duplicates ops/s |");
-console.log("|---|---|---:|---:|");
-for (const r of results) console.log(`| ${r.store} | ${r.name} | ${fmt(r.new)} | ${fmt(r.dup)} |`);
+console.log(
+  "\n| store | contender | new keys ops/s | client CPU/op | store CPU/op | duplicates ops/s | client CPU/op | store CPU/op |",
+);
+console.log("|---|---|---:|---:|---:|---:|---:|---:|");
+const us = (v) => (v === undefined ? "—" : `${v.toFixed(0)} µs`);
+for (const r of results) {
+  console.log(
+    `| ${r.store} | ${r.name} | ${fmt(r.new)} | ${us(r.newCpu)} | ${us(r.newStore)} | ${fmt(r.dup)} | ${us(r.dupCpu)} | ${us(r.dupStore)} |`,
+  );
+}
 
 console.log("\n| ratio | new keys | duplicates | target | met |");
 console.log("|---|---:|---:|---:|---|");

@@ -160,7 +160,7 @@ describe("dynamodb backend: beyond the contract", () => {
       // warm the connection, then drop exactly the next reply (the first claim's)
       assert.equal(await backend.get(`warm-${randomUUID()}`), undefined);
       proxy.mode = "drop-replies";
-      const sent = proxy.waitForRequest((chunk) => chunk.includes("UpdateItem"));
+      const sent = proxy.waitForRequest((chunk) => chunk.includes("PutItem"));
       const claiming = backend.claim(k, options());
       await sent;
       for (let i = 0; i < 200 && proxy.dropped === 0; i++) await new Promise((r) => setTimeout(r, 10));

@@ -24,7 +24,6 @@ import {
   loadCommands,
 } from "./dynamodb-client.js";
 import {
-  claimExpression,
   completeExpression,
   DEFAULT_ATTRIBUTES,
   type DynamoDBAttributeNames,
@@ -162,8 +161,9 @@ function bytes(value: unknown): Uint8Array | undefined {
 }
 
 /**
- * DynamoDB, through the user's `DynamoDBClient`: every transition is one conditional write
- * (`UpdateItem` with a condition on state, fence and lease; the conditions are in `expressions.ts`).
+ * DynamoDB, through the user's `DynamoDBClient`: every transition is one conditional write (a claim
+ * is a `PutItem` conditioned on the item as last seen, absent first; complete, release and renew are
+ * `UpdateItem`s conditioned on state and fence; the conditions are in `expressions.ts`).
  * A failed condition returns the item it was checked against (`ReturnValuesOnConditionCheckFailure:
  * "ALL_OLD"`), so a duplicate or a held key costs one round trip; on a store that does not return it
  * (the dynalite emulator) the backend reads the item with a consistent `GetItem` instead. No
@@ -191,7 +191,6 @@ export class DynamoDBBackend implements Backend {
   readonly #grace: number;
   readonly #resultLimit: number;
   readonly #logger: Logger;
-  readonly #claim: { readonly plain: Expression; readonly fingerprinted: Expression };
   readonly #complete: { readonly plain: Expression; readonly withResult: Expression };
   readonly #release: Expression;
   readonly #renew: Expression;
@@ -224,7 +223,6 @@ export class DynamoDBBackend implements Backend {
     this.#resultLimit = resultLimit(this.name, DYNAMODB_ITEM_LIMIT_BYTES, options.maxResultBytes);
     this.#logger = options.logger ?? consoleLogger;
     const a = this.attributes;
-    this.#claim = { plain: claimExpression(a, false), fingerprinted: claimExpression(a, true) };
     this.#complete = { plain: completeExpression(a, false), withResult: completeExpression(a, true) };
     this.#release = releaseExpression(a);
     this.#renew = renewExpression(a);
@@ -326,65 +324,21 @@ export class DynamoDBBackend implements Backend {
   }
 
   /**
-   * claim: one conditional `UpdateItem` that wins when the key is absent, expired or its lease lapsed
-   * under another token (see `claimExpression`); when the condition fails, the item it failed on
-   * answers `held` (live lease) or `done` (finished, within ttl). A claimed record carrying this
-   * call's own token (a retry whose first response was lost) is re-affirmed with the same fence, and
-   * a corrupt item is overwritten as absent — each by one more write, conditioned on the item being
-   * as observed.
+   * claim: `planClaim` on the item as last seen, written by one `PutItem` conditioned on the item
+   * being exactly as seen. The first attempt assumes the key is absent (the common case of an
+   * at-least-once delivery), so it is a `PutItem` of a fresh claim (fence 1) conditioned on
+   * `attribute_not_exists`: a new key costs one write. When the condition fails, the item it failed
+   * on (`ALL_OLD`, or a consistent read where the store does not return it) answers at once when it
+   * is `done` or `held` (a duplicate costs one round trip); when `planClaim` takes it over — expired
+   * or lapsed (fence + 1), this call's own token (re-affirmed, same fence), corrupt (overwritten as
+   * absent) — one more `PutItem` writes the planned record, conditioned on every attribute being as
+   * observed, and a change in between re-plans from the new image.
    */
   async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
     const leaseMs = duration("leaseMs", options.leaseMs);
     const ttlMs = duration("ttlMs", options.ttlMs);
     const opts: ClaimOptions = { ...options, leaseMs, ttlMs };
-    const now = this.#now();
-    const judged = now - this.#skew;
-    const lease = now + leaseMs;
-    const expression = options.fingerprint === undefined ? this.#claim.plain : this.#claim.fingerprinted;
-    const values: Record<string, unknown> = {
-      ":zero": n(0),
-      ":one": n(1),
-      ":claimed": s("claimed"),
-      ":token": s(options.token),
-      ":lease": n(lease),
-      ":expiresMs": n(lease + ttlMs),
-      ":expiresS": this.#expiresS(lease + ttlMs),
-      ":now": n(now),
-      ":judged": n(judged),
-      ":numeric": s("N"),
-    };
-    if (options.fingerprint !== undefined) values[":fp"] = s(options.fingerprint);
-    const first = await this.#write(
-      "claim",
-      key,
-      (c) =>
-        new c.UpdateItemCommand({
-          TableName: this.table,
-          Key: this.#pk(key),
-          ConditionExpression: expression.condition,
-          UpdateExpression: expression.update,
-          ExpressionAttributeNames: expression.names,
-          ExpressionAttributeValues: values,
-          ReturnValues: "ALL_OLD",
-          ReturnValuesOnConditionCheckFailure: "ALL_OLD",
-        }),
-      true,
-    );
-    if (first.ok) {
-      const old = first.attributes;
-      const plan = planClaimWithSkew(this.#decode(key, old), key, now, this.#skew, opts);
-      if (plan.outcome.kind !== "won") {
-        throw new StorageError("claim failed: the claim condition and planClaim disagree", {
-          backend: this.name,
-          operation: "claim",
-          key,
-        });
-      }
-      // The store's arithmetic is the truth for the fence (the planner agrees for every record).
-      const fence = (num(old?.[this.attributes.fence]) ?? 0) + 1;
-      return { ...plan.outcome, claim: { ...plan.outcome.claim, fence } };
-    }
-    let image = first.image;
+    let image: ItemLike | undefined;
     for (let attempt = 1; ; attempt++) {
       const at = this.#now();
       const plan = planClaimWithSkew(this.#decode(key, image), key, at, this.#skew, opts);

@@ -85,63 +85,6 @@ function named(attributes: DynamoDBAttributeNames, ...fields: Field[]): Record<s
 }
 
 /**
- * claim — the won branches of `planClaim` (src/core/transitions.ts) that share one write: fence + 1
- * (1 when absent), this call's token, a fresh lease, claimedAt = now, this call's fingerprint, no
- * result. In the planner's order of checks:
- *
- *   1. absent                                  → won, fence 1        attribute_not_exists(pk)
- *   2. corrupt                                 → (not expressible: the condition fails, see below)
- *   3. expired (now >= expiresAt), any state   → won, fence + 1      expiresAtMs <= :now
- *   4. done, before expiry                     → done                (condition fails)
- *   5. claimed, this call's own token          → won re-affirmed     (condition fails, see below)
- *   6. claimed, lease live (now < leaseUntil)  → held                (condition fails)
- *   7. claimed, lease lapsed, another token    → won, fence + 1      state = claimed AND token <> :token
- *                                                                      AND leaseUntil <= :now
- *
- * `:now` is the judging clock (the client clock less the skew margin). A failed condition returns
- * the item it was checked against (`ALL_OLD`), and `planClaim` itself decides from that image: done
- * and held answer at once (one round trip); the two won branches this write cannot express — a
- * re-affirm keeps the fence, claimedAt and fingerprint; a corrupt item has no shape to test — are
- * written by a second write conditioned on the image being unchanged (`unchanged` below).
- * Branches 3 and 7 also require a numeric fence ≥ 1, so the fence arithmetic never meets garbage.
- */
-export function claimExpression(attributes: DynamoDBAttributeNames, withFingerprint: boolean): Expression {
-  const set = [
-    "#f = if_not_exists(#f, :zero) + :one",
-    "#s = :claimed",
-    "#t = :token",
-    "#l = :lease",
-    "#e = :expiresMs",
-    "#x = :expiresS",
-    "#c = :now",
-  ];
-  if (withFingerprint) set.push("#p = :fp");
-  const remove = withFingerprint ? "#r, #d" : "#r, #d, #p";
-  return {
-    // Flat (AND binds tighter than OR): nested parentheses cost emulators' parsers several times more.
-    condition:
-      "attribute_not_exists(#k)" +
-      " OR attribute_type(#f, :numeric) AND #f >= :one AND #e <= :judged" +
-      " OR attribute_type(#f, :numeric) AND #f >= :one AND #s = :claimed AND #t <> :token AND #l <= :judged",
-    update: `SET ${set.join(", ")} REMOVE ${remove}`,
-    names: named(
-      attributes,
-      "key",
-      "fence",
-      "state",
-      "token",
-      "leaseUntil",
-      "expiresAtMs",
-      "expiresAt",
-      "claimedAt",
-      "completedAt",
-      "fingerprint",
-      "result",
-    ),
-  };
-}
-
-/**
  * complete — `planComplete`: a claimed record whose fence matches becomes done (no lease check:
  * ownership is the fence), with the result (or none) and a retention of ttl from now. A failed
  * condition returns the item, and the planner answers from it: a done record with the same fence is
@@ -177,7 +120,7 @@ export function renewExpression(attributes: DynamoDBAttributeNames): Expression 
 
 /**
  * The condition of a write planned from an observed image: every record attribute holds exactly the
- * value observed (or is still missing). Used for the writes `claimExpression` cannot make; if anything
+ * value observed (or is still missing). Used for every claim write (absent first); if anything
  * changed in between, the write fails and the planner decides again from the new image.
  */
 export function unchanged(
