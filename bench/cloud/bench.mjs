@@ -293,37 +293,45 @@ async function benchDynalite(returnOld) {
       awsSdkV3Client: powertoolsClient,
     });
 
-    await measure(store, N, [
-      lockContender(backend),
-      {
-        name: "raw conditional writes (same client)",
-        tag: "r",
-        make: (prefix, k) => async (i) => {
-          const pk = `${prefix}:${i}`;
-          try {
-            await oncelyClient.send(rawClaim(pk));
-          } catch (error) {
-            if (error?.name !== CCF) throw error;
-            if (error.Item === undefined) {
-              await oncelyClient.send(
-                new ddb.GetItemCommand({ TableName: table, Key: { pk: { S: pk } }, ConsistentRead: true }),
-              );
+    await measure(
+      store,
+      N,
+      [
+        lockContender(backend),
+        {
+          name: "raw conditional writes (same client)",
+          tag: "r",
+          make: (prefix, k) => async (i) => {
+            const pk = `${prefix}:${i}`;
+            try {
+              await oncelyClient.send(rawClaim(pk));
+            } catch (error) {
+              if (error?.name !== CCF) throw error;
+              if (error.Item === undefined) {
+                await oncelyClient.send(
+                  new ddb.GetItemCommand({ TableName: table, Key: { pk: { S: pk } }, ConsistentRead: true }),
+                );
+              }
+              return;
             }
-            return;
-          }
-          k.work(i);
-          await oncelyClient.send(rawDone(pk));
+            k.work(i);
+            await oncelyClient.send(rawDone(pk));
+          },
         },
-      },
-      {
-        name: "Powertools DynamoDBPersistenceLayer",
-        tag: "p",
-        make: (prefix, k) => {
-          const fn = makeIdempotent(async (event) => k.work(event.i), { persistenceStore, config: ptConfig });
-          return (i) => fn({ id: `${prefix}:${i}`, i });
+        {
+          name: "Powertools DynamoDBPersistenceLayer",
+          tag: "p",
+          make: (prefix, k) => {
+            const fn = makeIdempotent(async (event) => k.work(event.i), {
+              persistenceStore,
+              config: ptConfig,
+            });
+            return (i) => fn({ id: `${prefix}:${i}`, i });
+          },
         },
-      },
-    ], server.child.pid);
+      ],
+      server.child.pid,
+    );
   } finally {
     oncelyClient.destroy();
     powertoolsClient.destroy();
@@ -356,29 +364,34 @@ async function benchDatastore() {
       await tx.commit();
       return undefined;
     };
-    await measure("Datastore emulator", Math.ceil(N / 4), [
-      lockContender(backend),
-      {
-        name: "raw transactions (same client)",
-        tag: "r",
-        make: (prefix, k) => async (i) => {
-          const name = `${prefix}:${i}`;
-          const now = Date.now();
-          const found = await rawTransaction(name, {
-            state: "claimed",
-            fence: 1,
-            leaseUntil: now + LEASE_MS,
-          });
-          if (found !== undefined) return;
-          k.work(i);
-          const key = datastore.key(["BenchRaw", name]);
-          const tx = datastore.transaction();
-          await tx.get(key);
-          tx.save({ key, data: { state: "done", fence: 1, completedAt: Date.now() } });
-          await tx.commit();
+    await measure(
+      "Datastore emulator",
+      Math.ceil(N / 4),
+      [
+        lockContender(backend),
+        {
+          name: "raw transactions (same client)",
+          tag: "r",
+          make: (prefix, k) => async (i) => {
+            const name = `${prefix}:${i}`;
+            const now = Date.now();
+            const found = await rawTransaction(name, {
+              state: "claimed",
+              fence: 1,
+              leaseUntil: now + LEASE_MS,
+            });
+            if (found !== undefined) return;
+            k.work(i);
+            const key = datastore.key(["BenchRaw", name]);
+            const tx = datastore.transaction();
+            await tx.get(key);
+            tx.save({ key, data: { state: "done", fence: 1, completedAt: Date.now() } });
+            await tx.commit();
+          },
         },
-      },
-    ], emulator.child.pid);
+      ],
+      emulator.child.pid,
+    );
   } finally {
     for (const gapic of datastore.clients_?.values() ?? []) await gapic.close?.().catch(() => {});
     await stop(emulator.child);
@@ -399,34 +412,39 @@ async function benchFirestore() {
   try {
     const backend = new FirestoreBackend({ firestore, collection: "bench_records" });
     const raw = firestore.collection("bench_raw");
-    await measure("Firestore emulator", Math.ceil(N / 4), [
-      lockContender(backend),
-      {
-        name: "raw transactions (same client)",
-        tag: "r",
-        make: (prefix, k) => async (i) => {
-          const ref = raw.doc(`${prefix}-${i}`);
-          const found = await firestore.runTransaction(
-            async (t) => {
-              const snapshot = await t.get(ref);
-              if (snapshot.exists) return true;
-              t.set(ref, { state: "claimed", fence: 1, leaseUntil: Date.now() + LEASE_MS });
-              return false;
-            },
-            { maxAttempts: 1 },
-          );
-          if (found) return;
-          k.work(i);
-          await firestore.runTransaction(
-            async (t) => {
-              await t.get(ref);
-              t.set(ref, { state: "done", fence: 1, completedAt: Date.now() });
-            },
-            { maxAttempts: 1 },
-          );
+    await measure(
+      "Firestore emulator",
+      Math.ceil(N / 4),
+      [
+        lockContender(backend),
+        {
+          name: "raw transactions (same client)",
+          tag: "r",
+          make: (prefix, k) => async (i) => {
+            const ref = raw.doc(`${prefix}-${i}`);
+            const found = await firestore.runTransaction(
+              async (t) => {
+                const snapshot = await t.get(ref);
+                if (snapshot.exists) return true;
+                t.set(ref, { state: "claimed", fence: 1, leaseUntil: Date.now() + LEASE_MS });
+                return false;
+              },
+              { maxAttempts: 1 },
+            );
+            if (found) return;
+            k.work(i);
+            await firestore.runTransaction(
+              async (t) => {
+                await t.get(ref);
+                t.set(ref, { state: "done", fence: 1, completedAt: Date.now() });
+              },
+              { maxAttempts: 1 },
+            );
+          },
         },
-      },
-    ], emulator.child.pid);
+      ],
+      emulator.child.pid,
+    );
   } finally {
     await firestore.terminate().catch(() => {});
     await stop(emulator.child);
