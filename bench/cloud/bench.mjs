@@ -3,7 +3,8 @@
 // Run: npm run bench:cloud   (builds, then `node bench/cloud/bench.mjs`)
 // Env: BENCH_STORES (default "dynalite,dynalite-all-old,datastore,firestore"), BENCH_N (default 1000
 // operations per row and round; the Google emulators take BENCH_N / 2), BENCH_C (concurrency, default
-// 16), BENCH_ROUNDS (default 3, interleaved; the median is reported), ONCELY_DIST (default ../../dist).
+// 16), BENCH_ROUNDS (default 3, interleaved; the median is reported), ONCELY_DIST (default ../../dist),
+// BENCH_DDB_CACHE_MIDDLEWARE=1 (both DynamoDB clients with the SDK's `cacheMiddleware: true`).
 //
 // Every store runs in a child process this script starts on a free 127.0.0.1 port and stops by PID:
 // dynalite (test/support/dynalite-server.cjs; `dynalite-all-old` is dynalite returning the checked item
@@ -233,11 +234,14 @@ function lockContender(backend) {
 async function benchDynalite(returnOld) {
   const store = returnOld ? "dynalite + ALL_OLD" : "dynalite";
   const server = await startDynalite(returnOld);
+  // BENCH_DDB_CACHE_MIDDLEWARE=1 gives both clients the SDK's `cacheMiddleware` option (the resolved
+  // middleware stack is reused per command class instead of being rebuilt for every request)
   const makeClient = () =>
     new ddb.DynamoDBClient({
       endpoint: `http://127.0.0.1:${server.port}`,
       region: "us-east-1",
       credentials: { accessKeyId: "local", secretAccessKey: "local" },
+      cacheMiddleware: process.env.BENCH_DDB_CACHE_MIDDLEWARE === "1",
     });
   const oncelyClient = makeClient();
   const powertoolsClient = makeClient();
