@@ -248,6 +248,61 @@ describe("postgres backend: beyond the contract", () => {
     }
   });
 
+  it("a release and a takeover of a watched row NOTIFY it; a re-affirmed claim does not", async () => {
+    const backend = make();
+    const listener = await pool.connect();
+    const heard: string[] = [];
+    try {
+      const table = `"${schema}"."oncely_records"`;
+      const channel = (await listener.query(channelQuery, [table])).rows[0].channel as string;
+      listener.on("notification", (m) => {
+        if (m.channel === channel && m.payload !== undefined) heard.push(m.payload);
+      });
+      await listener.query(`LISTEN "${channel}"`);
+      const nsOf = async (key: string) =>
+        (await pool.query(`SELECT namespace FROM ${table} WHERE key = $1`, [key])).rows[0]
+          .namespace as string;
+      const marked = async (key: string) => {
+        for (let i = 0; i < 200; i++) {
+          const mark = await pool.query(`SELECT watched_until FROM ${table} WHERE key = $1`, [key]);
+          if (mark.rows[0].watched_until !== null) return;
+          await sleep(10);
+        }
+        assert.fail("the waiter never marked the row");
+      };
+      const heardFor = async (key: string, waitMs = 2_000) => {
+        const topic = topicOf(await nsOf(key), key);
+        for (let i = 0; i < waitMs / 10 && !heard.includes(topic); i++) await sleep(10);
+        return heard.filter((t) => t === topic).length;
+      };
+
+      const released = `released-${randomUUID()}`;
+      const a = (await backend.claim(released, claimOptions())) as Won;
+      const waitingA = backend.waitForChange(released, 30_000);
+      await marked(released);
+      const again = await backend.claim(released, { ...claimOptions(), token: a.claim.token });
+      assert.equal(again.kind === "won" && again.via, "reaffirmed");
+      await sleep(150);
+      assert.equal(await heardFor(released, 0), 0, "a re-affirmed claim changes nothing a waiter waits on");
+      assert.equal(await backend.release(a.claim), true);
+      await Promise.race([waitingA, sleep(10_000)]);
+      assert.equal(await heardFor(released), 1, "the release notified once");
+
+      const taken = `taken-${randomUUID()}`;
+      const b = (await backend.claim(taken, claimOptions(400))) as Won;
+      const waitingB = backend.waitForChange(taken, 30_000);
+      await marked(taken);
+      await sleep(450); // lapsed; the waiter is still waiting (its mark read it held)
+      const takeover = await backend.claim(taken, claimOptions());
+      assert.equal(takeover.kind === "won" && takeover.claim.fence, b.claim.fence + 1);
+      await Promise.race([waitingB, sleep(10_000)]);
+      assert.equal(await heardFor(taken), 1, "the takeover notified once");
+    } finally {
+      listener.release();
+      await backend.close();
+    }
+  });
+
   it("a claim whose function finds the row taken under the lock runs again and reports it held", async () => {
     const backend = make();
     const k = `k-${randomUUID()}`;
