@@ -231,6 +231,12 @@ function lockContender(backend) {
   };
 }
 
+/** A Google emulator's rows: oncely's `lock()` beside the raw transactions `rawMake` builds, warmed 4 rows. */
+function measureEmulator(store, backend, emulator, rawMake) {
+  const raw = { name: "raw transactions (same client)", tag: "r", make: rawMake };
+  return measure(store, Math.ceil(N / 2), [lockContender(backend), raw], emulator.child.pid, 4);
+}
+
 async function benchDynalite(returnOld) {
   const store = returnOld ? "dynalite + ALL_OLD" : "dynalite";
   const server = await startDynalite(returnOld);
@@ -377,35 +383,22 @@ async function benchDatastore() {
       await tx.commit();
       return undefined;
     };
-    await measure(
-      "Datastore emulator",
-      Math.ceil(N / 2),
-      [
-        lockContender(backend),
-        {
-          name: "raw transactions (same client)",
-          tag: "r",
-          make: (prefix, k) => async (i) => {
-            const name = `${prefix}:${i}`;
-            const now = Date.now();
-            const found = await rawTransaction(name, {
-              state: "claimed",
-              fence: 1,
-              leaseUntil: now + LEASE_MS,
-            });
-            if (found !== undefined) return;
-            k.work(i);
-            const key = datastore.key(["BenchRaw", name]);
-            const tx = datastore.transaction();
-            await tx.get(key);
-            tx.save({ key, data: { state: "done", fence: 1, completedAt: Date.now() } });
-            await tx.commit();
-          },
-        },
-      ],
-      emulator.child.pid,
-      4,
-    );
+    await measureEmulator("Datastore emulator", backend, emulator, (prefix, k) => async (i) => {
+      const name = `${prefix}:${i}`;
+      const now = Date.now();
+      const found = await rawTransaction(name, {
+        state: "claimed",
+        fence: 1,
+        leaseUntil: now + LEASE_MS,
+      });
+      if (found !== undefined) return;
+      k.work(i);
+      const key = datastore.key(["BenchRaw", name]);
+      const tx = datastore.transaction();
+      await tx.get(key);
+      tx.save({ key, data: { state: "done", fence: 1, completedAt: Date.now() } });
+      await tx.commit();
+    });
   } finally {
     for (const gapic of datastore.clients_?.values() ?? []) await gapic.close?.().catch(() => {});
     await stop(emulator.child);
@@ -426,40 +419,27 @@ async function benchFirestore() {
   try {
     const backend = new FirestoreBackend({ firestore, collection: "bench_records" });
     const raw = firestore.collection("bench_raw");
-    await measure(
-      "Firestore emulator",
-      Math.ceil(N / 2),
-      [
-        lockContender(backend),
-        {
-          name: "raw transactions (same client)",
-          tag: "r",
-          make: (prefix, k) => async (i) => {
-            const ref = raw.doc(`${prefix}-${i}`);
-            const found = await firestore.runTransaction(
-              async (t) => {
-                const snapshot = await t.get(ref);
-                if (snapshot.exists) return true;
-                t.set(ref, { state: "claimed", fence: 1, leaseUntil: Date.now() + LEASE_MS });
-                return false;
-              },
-              { maxAttempts: 1 },
-            );
-            if (found) return;
-            k.work(i);
-            await firestore.runTransaction(
-              async (t) => {
-                await t.get(ref);
-                t.set(ref, { state: "done", fence: 1, completedAt: Date.now() });
-              },
-              { maxAttempts: 1 },
-            );
-          },
+    await measureEmulator("Firestore emulator", backend, emulator, (prefix, k) => async (i) => {
+      const ref = raw.doc(`${prefix}-${i}`);
+      const found = await firestore.runTransaction(
+        async (t) => {
+          const snapshot = await t.get(ref);
+          if (snapshot.exists) return true;
+          t.set(ref, { state: "claimed", fence: 1, leaseUntil: Date.now() + LEASE_MS });
+          return false;
         },
-      ],
-      emulator.child.pid,
-      4,
-    );
+        { maxAttempts: 1 },
+      );
+      if (found) return;
+      k.work(i);
+      await firestore.runTransaction(
+        async (t) => {
+          await t.get(ref);
+          t.set(ref, { state: "done", fence: 1, completedAt: Date.now() });
+        },
+        { maxAttempts: 1 },
+      );
+    });
   } finally {
     await firestore.terminate().catch(() => {});
     await stop(emulator.child);

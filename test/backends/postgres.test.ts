@@ -56,6 +56,45 @@ sqlServerCases({
     pool.query(`UPDATE "${schema}".oncely_schema SET version = $2 WHERE table_name = $1`, [table, version]),
 });
 
+/**
+ * A connection LISTENing on the records table's channel: `heard` collects the payloads (topics),
+ * `heardFor(key, waitMs)` waits up to `waitMs` for the key's topic and counts it, and `marked(key)`
+ * waits until a waiter has marked the key's row.
+ */
+async function topicListener(table: string) {
+  const listener = await pool.connect();
+  const heard: string[] = [];
+  const channel = (await listener.query(channelQuery, [table])).rows[0].channel as string;
+  listener.on("notification", (m) => {
+    if (m.channel === channel && m.payload !== undefined) heard.push(m.payload);
+  });
+  await listener.query(`LISTEN "${channel}"`);
+  const topic = async (key: string) =>
+    topicOf(
+      (await pool.query(`SELECT namespace FROM ${table} WHERE key = $1`, [key])).rows[0].namespace as string,
+      key,
+    );
+  return {
+    channel,
+    heard,
+    topic,
+    async heardFor(key: string, waitMs = 2_000) {
+      const t = await topic(key);
+      for (let i = 0; i < waitMs / 10 && !heard.includes(t); i++) await sleep(10);
+      return heard.filter((h) => h === t).length;
+    },
+    async marked(key: string) {
+      for (let i = 0; i < 200; i++) {
+        const mark = await pool.query(`SELECT watched_until FROM ${table} WHERE key = $1`, [key]);
+        if (mark.rows[0].watched_until !== null) return;
+        await sleep(10);
+      }
+      assert.fail("the waiter never marked the row");
+    },
+    release: () => listener.release(),
+  };
+}
+
 const claimOptions = (leaseMs = 5_000, ttlMs = 60_000) => ({ leaseMs, ttlMs, token: newToken() });
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 type Won = { kind: "won"; claim: import("../../src/index.js").Claim };
@@ -201,21 +240,9 @@ describe("postgres backend: beyond the contract", () => {
 
   it("complete NOTIFYs only a row a waiter marked; a renew and the mark itself notify nobody", async () => {
     const backend = make();
-    const listener = await pool.connect();
-    const heard: string[] = [];
+    const listen = await topicListener(`"${schema}"."oncely_records"`);
     try {
-      const table = `"${schema}"."oncely_records"`;
-      const { rows } = await listener.query(channelQuery, [table]);
-      const channel = rows[0].channel as string;
-      assert.match(channel, /^oncely_[0-9a-f]{24}$/);
-      listener.on("notification", (m) => {
-        if (m.channel === channel && m.payload !== undefined) heard.push(m.payload);
-      });
-      await listener.query(`LISTEN "${channel}"`);
-      const nsOf = async (key: string) =>
-        (await pool.query(`SELECT namespace FROM ${table} WHERE key = $1`, [key])).rows[0]
-          .namespace as string;
-
+      assert.match(listen.channel, /^oncely_[0-9a-f]{24}$/);
       const quiet = `quiet-${randomUUID()}`;
       const a = (await backend.claim(quiet, claimOptions())) as Won;
       assert.equal(await backend.renew(a.claim, 5_000), true);
@@ -227,78 +254,54 @@ describe("postgres backend: beyond the contract", () => {
       const waiting = backend.waitForChange(watched, 30_000).then(() => {
         woke = true;
       });
-      for (let i = 0; i < 200; i++) {
-        const mark = await pool.query(`SELECT watched_until FROM ${table} WHERE key = $1`, [watched]);
-        if (mark.rows[0].watched_until !== null) break;
-        await sleep(10);
-      }
+      await listen.marked(watched);
       assert.equal(await backend.renew(b.claim, 5_000), true);
       await sleep(200);
       assert.equal(woke, false, "neither the mark nor a renew woke the waiter");
-      assert.deepEqual(heard, [], "no notification for an unwatched complete, a mark or a renew");
+      assert.deepEqual(listen.heard, [], "no notification for an unwatched complete, a mark or a renew");
       assert.equal(await backend.complete(b.claim, { ttlMs: 60_000 }), true);
       await Promise.race([waiting, sleep(10_000)]);
       assert.equal(woke, true, "the watched complete woke the waiter");
-      for (let i = 0; i < 100 && heard.length === 0; i++) await sleep(10);
-      assert.deepEqual(heard, [topicOf(await nsOf(watched), watched)]);
-      assert.notEqual(topicOf(await nsOf(quiet), quiet), heard[0]);
+      assert.equal(await listen.heardFor(watched), 1);
+      assert.deepEqual(listen.heard, [await listen.topic(watched)]);
+      assert.notEqual(await listen.topic(quiet), listen.heard[0]);
     } finally {
-      listener.release();
+      listen.release();
       await backend.close();
     }
   });
 
   it("a release and a takeover of a watched row NOTIFY it; a re-affirmed claim does not", async () => {
     const backend = make();
-    const listener = await pool.connect();
-    const heard: string[] = [];
+    const listen = await topicListener(`"${schema}"."oncely_records"`);
     try {
-      const table = `"${schema}"."oncely_records"`;
-      const channel = (await listener.query(channelQuery, [table])).rows[0].channel as string;
-      listener.on("notification", (m) => {
-        if (m.channel === channel && m.payload !== undefined) heard.push(m.payload);
-      });
-      await listener.query(`LISTEN "${channel}"`);
-      const nsOf = async (key: string) =>
-        (await pool.query(`SELECT namespace FROM ${table} WHERE key = $1`, [key])).rows[0]
-          .namespace as string;
-      const marked = async (key: string) => {
-        for (let i = 0; i < 200; i++) {
-          const mark = await pool.query(`SELECT watched_until FROM ${table} WHERE key = $1`, [key]);
-          if (mark.rows[0].watched_until !== null) return;
-          await sleep(10);
-        }
-        assert.fail("the waiter never marked the row");
-      };
-      const heardFor = async (key: string, waitMs = 2_000) => {
-        const topic = topicOf(await nsOf(key), key);
-        for (let i = 0; i < waitMs / 10 && !heard.includes(topic); i++) await sleep(10);
-        return heard.filter((t) => t === topic).length;
-      };
-
       const released = `released-${randomUUID()}`;
       const a = (await backend.claim(released, claimOptions())) as Won;
       const waitingA = backend.waitForChange(released, 30_000);
-      await marked(released);
+      await listen.marked(released);
       const again = await backend.claim(released, { ...claimOptions(), token: a.claim.token });
       assert.equal(again.kind === "won" && again.via, "reaffirmed");
       await sleep(150);
-      assert.equal(await heardFor(released, 0), 0, "a re-affirmed claim changes nothing a waiter waits on");
+      assert.equal(
+        await listen.heardFor(released, 0),
+        0,
+        "a re-affirmed claim changes nothing a waiter waits on",
+      );
       assert.equal(await backend.release(a.claim), true);
       await Promise.race([waitingA, sleep(10_000)]);
-      assert.equal(await heardFor(released), 1, "the release notified once");
+      assert.equal(await listen.heardFor(released), 1, "the release notified once");
 
       const taken = `taken-${randomUUID()}`;
       const b = (await backend.claim(taken, claimOptions(400))) as Won;
       const waitingB = backend.waitForChange(taken, 30_000);
-      await marked(taken);
+      await listen.marked(taken);
       await sleep(450); // lapsed; the waiter is still waiting (its mark read it held)
       const takeover = await backend.claim(taken, claimOptions());
       assert.equal(takeover.kind === "won" && takeover.claim.fence, b.claim.fence + 1);
       await Promise.race([waitingB, sleep(10_000)]);
-      assert.equal(await heardFor(taken), 1, "the takeover notified once");
+      assert.equal(await listen.heardFor(taken), 1, "the takeover notified once");
     } finally {
-      listener.release();
+      listen.release();
       await backend.close();
     }
   });
