@@ -19,11 +19,13 @@ function reference(value: unknown): string {
 function rekeyed(value: unknown, order: (names: string[]) => string[]): unknown {
   if (Array.isArray(value)) return value.map((item) => rekeyed(item, order));
   if (value !== null && typeof value === "object") {
-    const out: Record<string, unknown> = {};
-    for (const name of order(Object.keys(value))) {
-      out[name] = rekeyed((value as Record<string, unknown>)[name], order);
-    }
-    return out;
+    // fromEntries defines own properties, so a "__proto__" member stays a member (an assignment would set the prototype)
+    return Object.fromEntries(
+      order(Object.keys(value)).map((name) => [
+        name,
+        rekeyed((value as Record<string, unknown>)[name], order),
+      ]),
+    );
   }
   return value;
 }
@@ -68,6 +70,10 @@ describe("canonicalJson", () => {
     expect(canonicalJson({ 9: "a", 10: "b" })).toBe('{"10":"b","9":"a"}');
     expect(canonicalJson({ a: "\ud800" })).toBe('{"a":"\\ud800"}');
     expect(canonicalJson(Object.assign(Object.create(null), { b: 1, a: 2 }))).toBe('{"a":2,"b":1}');
+    expect(canonicalJson(JSON.parse('{"z":1,"__proto__":{"y":1,"b":false}}'))).toBe(
+      '{"__proto__":{"b":false,"y":1},"z":1}',
+    );
+    expect(canonicalJson(JSON.parse('{"__proto__":false}'))).toBe('{"__proto__":false}');
   });
 
   it("refuses what JSON cannot write, on both paths", () => {
