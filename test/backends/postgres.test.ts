@@ -9,7 +9,8 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, it } from "vitest";
 import { PostgresBackend } from "../../src/backends/postgres/index.js";
 import { topicOf } from "../../src/backends/postgres/postgres-notifications.js";
-import { channelQuery } from "../../src/backends/postgres/postgres-statements.js";
+import { channelQuery, postgresStatements } from "../../src/backends/postgres/postgres-statements.js";
+import { bind, type Compiled } from "../../src/backends/sql/dialect.js";
 import { newToken } from "../../src/core/verbs.js";
 import { ConfigurationError } from "../../src/index.js";
 import { backendContract } from "../../src/testing/index.js";
@@ -50,7 +51,7 @@ backendContract(
 
 sqlServerCases({
   name: "postgres",
-  version: 2,
+  version: 3,
   make: (options = {}) => make(options),
   setVersion: (table, version) =>
     pool.query(`UPDATE "${schema}".oncely_schema SET version = $2 WHERE table_name = $1`, [table, version]),
@@ -205,9 +206,16 @@ describe("postgres backend: beyond the contract", () => {
     const backend = new PostgresBackend({ pool, schema, table: t });
     await assert.rejects(
       backend.get("kept"),
-      /schema version 1, this oncely needs 2: run `await backend\.migrate\(\)`/,
+      /schema version 1, this oncely needs 3: run `await backend\.migrate\(\)`/,
     );
+    await pool.query(`CREATE INDEX "${t}_expires_at" ON ${q(t)} (expires_at)`); // as version 2 had it
     await backend.migrate();
+    const layout = await pool.query(
+      `SELECT (SELECT purge_after FROM ${q(t)} WHERE key = 'kept') AS floor,
+              to_regclass($1) IS NULL AS old_gone, to_regclass($2) IS NOT NULL AS new_there`,
+      [q(`${t}_expires_at`), q(`${t}_purge_after`)],
+    );
+    assert.deepEqual(layout.rows[0], { floor: String(far), old_gone: true, new_there: true });
     const kept = await backend.get("kept");
     assert.equal(kept?.state, "done");
     assert.equal(kept?.fence, 3);
@@ -339,5 +347,84 @@ describe("postgres backend: beyond the contract", () => {
     } finally {
       blocker.release();
     }
+  });
+
+  it("a complete, a release and a renew change no indexed column: each update is HOT", async () => {
+    const backend = make();
+    const table = `"${schema}"."oncely_records"`;
+    const statements = postgresStatements(table, `"${schema}"."oncely_records_claim"`);
+    const client = await pool.connect();
+    // the backend's counters of updates not yet flushed to the statistics, before and after
+    const counters = async () =>
+      (
+        await client.query(
+          `SELECT pg_stat_get_xact_tuples_updated($1::regclass)::int AS updated,
+                  pg_stat_get_xact_tuples_hot_updated($1::regclass)::int AS hot`,
+          [table],
+        )
+      ).rows[0] as { updated: number; hot: number };
+    const hot = async (text: string, values: unknown[]) => {
+      await client.query("BEGIN");
+      try {
+        const before = await counters();
+        await client.query(text, values);
+        const after = await counters();
+        return { updated: after.updated - before.updated, hot: after.hot - before.hot };
+      } finally {
+        await client.query("ROLLBACK");
+      }
+    };
+    try {
+      const k = `k-${randomUUID()}`;
+      const won = (await backend.claim(k, claimOptions())) as Won;
+      const namespace = (await pool.query(`SELECT namespace FROM ${table} WHERE key = $1`, [k])).rows[0]
+        .namespace as string;
+      const at = { namespace, key: k, fence: won.claim.fence, ttl: 60_000 };
+      const cases: Array<[string, Compiled, Record<string, unknown>]> = [
+        ["complete", statements.complete, { ...at, result: Buffer.from("r") }],
+        ["release", statements.release, at],
+        ["renew", statements.renew, { ...at, lease: 5_000 }],
+      ];
+      for (const [name, statement, values] of cases) {
+        assert.deepEqual(
+          await hot(statement.text, bind(statement, values as never)),
+          { updated: 1, hot: 1 },
+          `${name} is a HOT update`,
+        );
+      }
+      // a later expiry leaves the floor alone; an earlier one (a shorter ttl) lowers it to the expiry
+      const floor = async () =>
+        (await pool.query(`SELECT purge_after, expires_at FROM ${table} WHERE key = $1`, [k])).rows[0] as {
+          purge_after: string;
+          expires_at: string;
+        };
+      const before = await floor();
+      assert.ok(Number(before.purge_after) <= Number(before.expires_at));
+      assert.equal(await backend.complete(won.claim, { ttlMs: 60_000 }), true);
+      const after = await floor();
+      assert.equal(after.purge_after, before.purge_after, "a complete with the claim's ttl keeps the floor");
+      assert.ok(Number(after.purge_after) <= Number(after.expires_at));
+      const k2 = `k-${randomUUID()}`;
+      const short = (await backend.claim(k2, claimOptions(5_000, 60_000))) as Won;
+      assert.equal(await backend.complete(short.claim, { ttlMs: 1_000 }), true);
+      const lowered = (await pool.query(`SELECT purge_after, expires_at FROM ${table} WHERE key = $1`, [k2]))
+        .rows[0];
+      assert.equal(lowered.purge_after, lowered.expires_at, "a shorter ttl lowers the floor to the expiry");
+    } finally {
+      client.release();
+    }
+  });
+
+  it("purgeExpired finds an expired record whose floor passed long ago and keeps a live one beside it", async () => {
+    const backend = make();
+    const table = `"${schema}"."oncely_records"`;
+    const [gone, live] = [`k-${randomUUID()}`, `k-${randomUUID()}`];
+    for (const k of [gone, live]) await backend.claim(k, claimOptions(5_000, 60_000));
+    // both floors in the past, as after a long job; only `gone` has expired
+    await pool.query(`UPDATE ${table} SET purge_after = 1, expires_at = 2 WHERE key = $1`, [gone]);
+    await pool.query(`UPDATE ${table} SET purge_after = 1 WHERE key = $1`, [live]);
+    await backend.purgeExpired?.();
+    assert.equal(await backend.get(gone), undefined);
+    assert.equal((await backend.get(live))?.state, "claimed");
   });
 });

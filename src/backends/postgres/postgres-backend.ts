@@ -110,13 +110,14 @@ export class PostgresBackend implements Backend {
     const qualify = (name: string) => (schema === undefined ? `"${name}"` : `"${schema}"."${name}"`);
     this.#table = qualify(this.#tableName);
     this.#schemaTable = qualify(SCHEMA_TABLE);
-    this.#indexName = `"${this.#tableName}_expires_at"`;
+    this.#indexName = `"${this.#tableName}_purge_after"`;
     this.#claimFunction = qualify(claimFunctionName(this.#tableName));
     this.#schemaNames = {
       table: this.#table,
       schemaTable: this.#schemaTable,
       indexName: this.#indexName,
-      indexQualified: qualify(`${this.#tableName}_expires_at`),
+      indexQualified: qualify(`${this.#tableName}_purge_after`),
+      oldIndexQualified: qualify(`${this.#tableName}_expires_at`),
       claimFunction: this.#claimFunction,
       notifyFunction: qualify(notifyTriggerName(this.#tableName)),
       notifyTrigger: notifyTriggerName(this.#tableName),

@@ -20,14 +20,17 @@ export const postgresDialect: SqlDialect = {
   quote: (identifier) => `"${identifier}"`,
   placeholders: "numbered",
   nowMs: NOW_MS,
+  expiryFloor: "purge_after",
 };
 
 /**
  * The layout of a PostgreSQL records table: version 1 was the shared columns; version 2 adds the
  * `watched_until` column and the notifying trigger (waiters mark the row, so `complete` and
- * `release` NOTIFY only when someone waits) and the table's claim function.
+ * `release` NOTIFY only when someone waits) and the table's claim function; version 3 indexes
+ * `purge_after` (a floor of `expires_at` that a complete or a release leaves unchanged) in place of
+ * `expires_at`, so those updates change no indexed column and stay HOT (no new index entries).
  */
-export const POSTGRES_SCHEMA_VERSION = 2;
+export const POSTGRES_SCHEMA_VERSION = 3;
 
 /** The claim function of a records table: `<table>_claim`, beside the table (table names are ≤ 48). */
 export function claimFunctionName(tableName: string): string {
@@ -115,13 +118,15 @@ export function postgresStatements(table: string, claimFunction: string): Postgr
        RETURNING state = 'claimed' AND fence >= 1 AND ${NOW_MS} < lease_until AND ${NOW_MS} < expires_at
          AS held`,
     ),
-    // at most `limit` expired rows, skipping rows a claim holds locked; the DELETE re-checks expiry on
-    // the version it deletes, so a row reclaimed meanwhile survives
+    // at most `limit` expired rows, skipping rows a claim holds locked, found through the index on
+    // `purge_after` (never above `expires_at`, so every expired row is in its range; rows in the range
+    // not yet expired are filtered out); the DELETE re-checks expiry on the version it deletes, so a
+    // row reclaimed meanwhile survives
     purge: compile(
       postgresDialect,
       `WITH doomed AS (
-         SELECT namespace, key FROM ${table} WHERE expires_at <= ${NOW_MS}
-         ORDER BY expires_at LIMIT :limit FOR UPDATE SKIP LOCKED
+         SELECT namespace, key FROM ${table} WHERE purge_after <= ${NOW_MS} AND expires_at <= ${NOW_MS}
+         ORDER BY purge_after LIMIT :limit FOR UPDATE SKIP LOCKED
        )
        DELETE FROM ${table} t USING doomed d
        WHERE t.namespace = d.namespace AND t.key = d.key AND t.expires_at <= ${NOW_MS}`,
@@ -150,7 +155,8 @@ const VERDICT = `CASE
  * overwrites it when it is corrupt (fence continued), expired or lapsed (fence + 1) or the caller's
  * own token (re-affirmed: same fence, claimedAt and fingerprint), answering `via:fence:lease_until`.
  * A row found done or held under the lock answers `rerun`. A row purged between the insert and the
- * lock is inserted again.
+ * lock is inserted again. Both writes set `purge_after` to now + ttl, at or below any `expires_at`
+ * the record will carry (a complete or release comes later, with the same ttl).
  */
 function claimFunction(table: string, name: string): string {
   return `CREATE FUNCTION ${name}(
@@ -164,9 +170,9 @@ function claimFunction(table: string, name: string): string {
     won_fence bigint;
   BEGIN
     FOR attempt IN 1..10 LOOP
-      INSERT INTO ${table} AS c (${columnList(postgresDialect.quote, RECORD_COLUMNS)})
+      INSERT INTO ${table} AS c (${columnList(postgresDialect.quote, RECORD_COLUMNS)}, purge_after)
       VALUES (p_namespace, p_key, 'claimed', 1, p_token, now_ms + p_lease, now_ms + p_lease + p_ttl,
-              p_fingerprint, NULL, now_ms, NULL)
+              p_fingerprint, NULL, now_ms, NULL, now_ms + p_ttl)
       ON CONFLICT (namespace, key) DO NOTHING;
       IF FOUND THEN
         RETURN 'absent:1:' || (now_ms + p_lease);
@@ -186,7 +192,8 @@ function claimFunction(table: string, name: string): string {
         fingerprint = CASE WHEN v = 'reaffirmed' THEN r.fingerprint ELSE p_fingerprint END,
         result = NULL,
         claimed_at = CASE WHEN v = 'reaffirmed' THEN r.claimed_at ELSE now_ms END,
-        completed_at = NULL
+        completed_at = NULL,
+        purge_after = now_ms + p_ttl
       WHERE c.namespace = p_namespace AND c.key = p_key
       RETURNING c.fence INTO won_fence;
       RETURN v || ':' || won_fence || ':' || (now_ms + p_lease);
@@ -233,9 +240,11 @@ export interface MigrationStep {
 export interface SchemaNames {
   readonly table: string;
   readonly schemaTable: string;
-  /** The index's own name (created beside the table) and its qualified name (for the check). */
+  /** The purge index's own name (created beside the table) and its qualified name (for the check). */
   readonly indexName: string;
   readonly indexQualified: string;
+  /** The qualified name of the `expires_at` index versions 1 and 2 created, dropped by version 3. */
+  readonly oldIndexQualified: string;
   readonly claimFunction: string;
   readonly notifyFunction: string;
   /** The trigger's own name, unquoted. */
@@ -285,6 +294,7 @@ export function postgresSchema(names: SchemaNames): MigrationStep[] {
            claimed_at BIGINT NOT NULL,
            completed_at BIGINT,
            watched_until BIGINT,
+           purge_after BIGINT NOT NULL DEFAULT 0,
            PRIMARY KEY (namespace, key)
          )`,
       ],
@@ -299,8 +309,26 @@ export function postgresSchema(names: SchemaNames): MigrationStep[] {
       ddl: [`ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS watched_until BIGINT`],
     },
     {
+      // versions 1 and 2 had no purge floor: 0 is a floor of every row (adding a column with a
+      // constant default rewrites nothing); the existing rows then get their own expiry
+      check: {
+        text: `SELECT NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)
+                 AND attname = 'purge_after' AND NOT attisdropped) AS needed`,
+        values: [table],
+      },
+      ddl: [
+        `ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS purge_after BIGINT NOT NULL DEFAULT 0`,
+        `UPDATE ${table} SET purge_after = expires_at WHERE purge_after = 0`,
+      ],
+    },
+    {
       check: { text: "SELECT to_regclass($1) IS NULL AS needed", values: [names.indexQualified] },
-      ddl: [`CREATE INDEX IF NOT EXISTS ${names.indexName} ON ${table} (expires_at)`],
+      ddl: [`CREATE INDEX IF NOT EXISTS ${names.indexName} ON ${table} (purge_after)`],
+    },
+    {
+      // versions 1 and 2 indexed expires_at, which every complete changes
+      check: { text: "SELECT to_regclass($1) IS NOT NULL AS needed", values: [names.oldIndexQualified] },
+      ddl: [`DROP INDEX IF EXISTS ${names.oldIndexQualified}`],
     },
     {
       check: {

@@ -16,6 +16,13 @@ export interface SqlDialect {
   readonly placeholders: "numbered" | "positional";
   /** An expression for "now" on the database clock, in epoch milliseconds (a BIGINT). */
   readonly nowMs: string;
+  /**
+   * A column the dialect keeps at or below `expires_at` and indexes for its purge in place of
+   * `expires_at` (PostgreSQL's `purge_after`): the shared statements lower it with `LEAST` when they
+   * move `expires_at` below it, and otherwise leave it as it is, so the index does not change on a
+   * complete or a release (a PostgreSQL update that changes no indexed column is HOT).
+   */
+  readonly expiryFloor?: string;
 }
 
 /** A statement compiled for one dialect: its text and the parameter names in binding order. */

@@ -7,7 +7,7 @@ import { ConfigurationError } from "../../core/errors.js";
 
 /**
  * Letters, digits and `_`, not starting with a digit, at most 48 characters: short enough that
- * every derived name (`<table>_expires_at`) stays within PostgreSQL's 63 and MySQL's 64 characters,
+ * every derived name (`<table>_purge_after`) stays within PostgreSQL's 63 and MySQL's 64 characters,
  * so no name is ever truncated silently onto another.
  */
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,47}$/;

@@ -51,6 +51,12 @@ export function sharedSources(dialect: SqlDialect, table: string): SharedSources
   const key = dialect.quote("key");
   const now = dialect.nowMs;
   const row = `namespace = :namespace AND ${key} = :key`;
+  const floor = dialect.expiryFloor;
+  // `expires_at = <expr>`, and the dialect's floor lowered to it only when it would pass it
+  const expires = (expr: string) =>
+    floor === undefined
+      ? `expires_at = ${expr}`
+      : `expires_at = ${expr}, ${floor} = LEAST(${floor}, ${expr})`;
   return {
     // always one row: the clock's now, and the record's columns (all NULL when there is none)
     select: `SELECT ${now} AS now_ms, r.namespace AS found, ${READ_COLUMNS.map((c) => `r.${dialect.quote(c)}`).join(", ")}
@@ -62,16 +68,16 @@ export function sharedSources(dialect: SqlDialect, table: string): SharedSources
     complete: `UPDATE ${table} SET
          result = CASE WHEN state = 'claimed' THEN :result ELSE result END,
          completed_at = CASE WHEN state = 'claimed' THEN ${now} ELSE completed_at END,
-         expires_at = CASE WHEN state = 'claimed' THEN ${now} + :ttl ELSE expires_at END,
+         ${expires(`CASE WHEN state = 'claimed' THEN ${now} + :ttl ELSE expires_at END`)},
          state = 'done'
        WHERE ${row} AND fence = :fence AND state IN ('claimed', 'done')`,
     // mirrors planRelease: only a claimed row with this fence; lease = now, fence + 1, token cleared,
     // retained ttl from now. Never deletes.
-    release: `UPDATE ${table} SET fence = fence + 1, token = '', lease_until = ${now}, expires_at = ${now} + :ttl
+    release: `UPDATE ${table} SET fence = fence + 1, token = '', lease_until = ${now}, ${expires(`${now} + :ttl`)}
        WHERE ${row} AND fence = :fence AND state = 'claimed'`,
     // mirrors planRenew: only a claimed row with this fence (no lease check: ownership is the fence);
     // lease = now + leaseMs, retained ttl beyond it.
-    renew: `UPDATE ${table} SET lease_until = ${now} + :lease, expires_at = ${now} + :lease + :ttl
+    renew: `UPDATE ${table} SET lease_until = ${now} + :lease, ${expires(`${now} + :lease + :ttl`)}
        WHERE ${row} AND fence = :fence AND state = 'claimed'`,
     remove: `DELETE FROM ${table} WHERE ${row}`,
     countExpired: `SELECT count(*) AS n FROM ${table} WHERE expires_at <= ${now}`,
