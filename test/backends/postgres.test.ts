@@ -184,7 +184,7 @@ describe("postgres backend: beyond the contract", () => {
     await backend.close();
   });
 
-  it("a version-1 table is refused with the fix, and migrate() upgrades it in place, records kept", async () => {
+  it("a version-1 table is refused with the fix, and migrate() upgrades it (and version 2's index and trigger) in place, records kept", async () => {
     const t = `v1_${randomUUID().replaceAll("-", "").slice(0, 10)}`;
     const q = (name: string) => `"${schema}"."${name}"`;
     // the layout oncely wrote before version 2: no watch column, no claim function, no trigger
@@ -208,14 +208,28 @@ describe("postgres backend: beyond the contract", () => {
       backend.get("kept"),
       /schema version 1, this oncely needs 3: run `await backend\.migrate\(\)`/,
     );
-    await pool.query(`CREATE INDEX "${t}_expires_at" ON ${q(t)} (expires_at)`); // as version 2 had it
+    // what version 2 added beside the table: its expires_at index and its notifying trigger
+    await pool.query(`CREATE INDEX "${t}_expires_at" ON ${q(t)} (expires_at)`);
+    await pool.query(
+      `CREATE FUNCTION ${q(`${t}_notify`)}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`,
+    );
+    await pool.query(
+      `CREATE TRIGGER "${t}_notify" AFTER UPDATE ON ${q(t)} FOR EACH ROW EXECUTE FUNCTION ${q(`${t}_notify`)}()`,
+    );
     await backend.migrate();
     const layout = await pool.query(
       `SELECT (SELECT purge_after FROM ${q(t)} WHERE key = 'kept') AS floor,
-              to_regclass($1) IS NULL AS old_gone, to_regclass($2) IS NOT NULL AS new_there`,
-      [q(`${t}_expires_at`), q(`${t}_purge_after`)],
+              to_regclass($1) IS NULL AS old_gone, to_regclass($2) IS NOT NULL AS new_there,
+              NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass($3)) AND to_regprocedure($4) IS NULL
+                AS trigger_gone`,
+      [q(`${t}_expires_at`), q(`${t}_purge_after`), q(t), `${q(`${t}_notify`)}()`],
     );
-    assert.deepEqual(layout.rows[0], { floor: String(far), old_gone: true, new_there: true });
+    assert.deepEqual(layout.rows[0], {
+      floor: String(far),
+      old_gone: true,
+      new_there: true,
+      trigger_gone: true,
+    });
     const kept = await backend.get("kept");
     assert.equal(kept?.state, "done");
     assert.equal(kept?.fence, 3);
@@ -225,11 +239,10 @@ describe("postgres backend: beyond the contract", () => {
     assert.equal((await backend.claim("new", claimOptions())).kind, "won");
     const oids = async () =>
       (
-        await pool.query(
-          `SELECT to_regprocedure($1)::oid AS claim,
-                  (SELECT oid FROM pg_trigger WHERE tgrelid = to_regclass($2) AND tgname = $3) AS trigger`,
-          [`${q(`${t}_claim`)}(text, text, text, bigint, bigint, text)`, q(t), `${t}_notify`],
-        )
+        await pool.query(`SELECT to_regprocedure($1)::oid AS claim, to_regclass($2)::oid AS purge_index`, [
+          `${q(`${t}_claim`)}(text, text, text, bigint, bigint, text)`,
+          q(`${t}_purge_after`),
+        ])
       ).rows[0];
     const before = await oids();
     await backend.migrate(); // a migrated table is left alone: nothing recreated
@@ -241,7 +254,7 @@ describe("postgres backend: beyond the contract", () => {
     await backend.migrate();
     const after = await oids();
     assert.notEqual(after.claim, before.claim);
-    assert.equal(after.trigger, before.trigger);
+    assert.equal(after.purge_index, before.purge_index);
     assert.equal((await backend.claim("newer", claimOptions())).kind, "won");
     await backend.close();
   });

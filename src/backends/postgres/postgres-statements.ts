@@ -1,7 +1,7 @@
 /**
  * PostgreSQL's statements: its dialect for the shared ones (`../sql/statements.ts`), the one-statement
- * claim and its function, a waiter's mark, the batched purge and the schema with its notifying
- * trigger.
+ * claim and its function, a waiter's mark, the batched purge and the schema. Complete, release and a
+ * takeover NOTIFY a waiter that marked the row themselves (no trigger).
  */
 import { createHash } from "node:crypto";
 import { columnList, RECORD_COLUMNS } from "../sql/columns.js";
@@ -15,20 +15,14 @@ import { type SharedStatements, sharedStatements } from "../sql/statements.js";
  */
 const NOW_MS = "(floor(extract(epoch FROM statement_timestamp()) * 1000))::bigint";
 
-export const postgresDialect: SqlDialect = {
-  backend: "postgres",
-  quote: (identifier) => `"${identifier}"`,
-  placeholders: "numbered",
-  nowMs: NOW_MS,
-  expiryFloor: "purge_after",
-};
-
 /**
  * The layout of a PostgreSQL records table: version 1 was the shared columns; version 2 adds the
  * `watched_until` column and the notifying trigger (waiters mark the row, so `complete` and
  * `release` NOTIFY only when someone waits) and the table's claim function; version 3 indexes
  * `purge_after` (a floor of `expires_at` that a complete or a release leaves unchanged) in place of
- * `expires_at`, so those updates change no indexed column and stay HOT (no new index entries).
+ * `expires_at`, so those updates change no indexed column and stay HOT (no new index entries), and
+ * drops the trigger: the updates that change a marked row NOTIFY from their own SET list or, for a
+ * takeover, from the claim function, and an unmarked row's update runs no trigger at all.
  */
 export const POSTGRES_SCHEMA_VERSION = 3;
 
@@ -37,14 +31,14 @@ export function claimFunctionName(tableName: string): string {
   return `${tableName}_claim`;
 }
 
-/** The notifying trigger of a records table and its function: `<table>_notify`, beside the table. */
+/** Version 2's notifying trigger of a records table and its function (`<table>_notify`), dropped by 3. */
 export function notifyTriggerName(tableName: string): string {
   return `${tableName}_notify`;
 }
 
 /**
- * The channel of a records table, as its trigger computes it from the table's resolved schema and
- * name (`channelQuery` asks the server for the same text): an identifier, at most 63 characters.
+ * The channel of a records table, computed from the table's resolved schema and name (by the
+ * notifying updates, and by `channelQuery` for a listener): an identifier, at most 63 characters.
  */
 const CHANNEL_OF = (schema: string, name: string) =>
   `'oncely_' || left(md5(${schema} || '.' || ${name}), 24)`;
@@ -55,10 +49,35 @@ export const channelQuery = `SELECT ${CHANNEL_OF("n.nspname", "c.relname")} AS c
 
 /**
  * A notification's payload: the first 16 hex digits of the MD5 of namespace, a zero byte and key
- * (UTF-8), computed by the trigger and only when it notifies (`topicOf` computes the same for a
+ * (UTF-8), computed by the notifying update and only when it notifies (`topicOf` computes the same for a
  * waiter). Not the key itself: keys may be business data.
  */
-const TOPIC_OF_NEW = `left(md5(convert_to(NEW.namespace, 'UTF8') || '\\x00'::bytea || convert_to(NEW.key, 'UTF8')), 16)`;
+const TOPIC_OF = (namespace: string, key: string) =>
+  `left(md5(convert_to(${namespace}, 'UTF8') || '\\x00'::bytea || convert_to(${key}, 'UTF8')), 16)`;
+
+/** The channel of the table whose oid is `oid`, read from the catalog (only when a NOTIFY is sent). */
+const CHANNEL_OF_OID = (oid: string) =>
+  `(SELECT ${CHANNEL_OF("n.nspname", "c.relname")} FROM pg_class c
+     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = ${oid})`;
+
+export const postgresDialect: SqlDialect = {
+  backend: "postgres",
+  quote: (identifier) => `"${identifier}"`,
+  placeholders: "numbered",
+  nowMs: NOW_MS,
+  expiryFloor: "purge_after",
+  // A complete or release of a row a waiter marked (its mark still live) NOTIFYs the table's channel
+  // with the key's topic, from the update itself: the NOTIFY is queued in the update's transaction
+  // and sent when (and only when) it commits. The branch is taken only for a marked row, so an
+  // unwatched update queues nothing (NOTIFY serialises the commits that send one: PostgreSQL holds a
+  // global lock from the queue insert to the end of the commit). The mark and the update lock the
+  // same row: either the mark commits first and the update sees it, or the mark's own read sees the
+  // change. The mark is written back as it was.
+  wakeWatchers: (changed) =>
+    `watched_until = CASE WHEN watched_until >= ${NOW_MS} AND ${changed}
+       THEN (SELECT watched_until FROM pg_notify(${CHANNEL_OF_OID("tableoid")}, ${TOPIC_OF("namespace", "key")}))
+       ELSE watched_until END`,
+};
 
 export type ClaimParams = "namespace" | "key" | "token" | "lease" | "ttl" | "fingerprint";
 
@@ -156,7 +175,8 @@ const VERDICT = `CASE
  * own token (re-affirmed: same fence, claimedAt and fingerprint), answering `via:fence:lease_until`.
  * A row found done or held under the lock answers `rerun`. A row purged between the insert and the
  * lock is inserted again. Both writes set `purge_after` to now + ttl, at or below any `expires_at`
- * the record will carry (a complete or release comes later, with the same ttl).
+ * the record will carry (a complete or release comes later, with the same ttl). A takeover of a row
+ * a waiter marked NOTIFYs it (the dialect's `wakeWatchers` does the same for complete and release).
  */
 function claimFunction(table: string, name: string): string {
   return `CREATE FUNCTION ${name}(
@@ -196,38 +216,15 @@ function claimFunction(table: string, name: string): string {
         purge_after = now_ms + p_ttl
       WHERE c.namespace = p_namespace AND c.key = p_key
       RETURNING c.fence INTO won_fence;
+      -- a takeover (not a re-affirmed claim) of a row a waiter marked wakes it, as a complete does
+      IF v <> 'reaffirmed' AND r.watched_until >= now_ms THEN
+        PERFORM pg_notify(${CHANNEL_OF_OID(`'${table}'::regclass`)}, ${TOPIC_OF("p_namespace", "p_key")});
+      END IF;
       RETURN v || ':' || won_fence || ':' || (now_ms + p_lease);
     END LOOP;
     RAISE EXCEPTION 'oncely: claim did not settle after 10 attempts';
   END
   $oncely$`;
-}
-
-/**
- * The notifying trigger: after an update that completes, releases or reclaims a row a waiter marked
- * watched (`watch`) and whose mark is live, NOTIFY the table's channel with the key's topic. The
- * NOTIFY is sent when (and only when) that update commits, and only then: NOTIFY serialises the
- * commits that send one (PostgreSQL holds a global lock from the queue insert to the end of the
- * commit), so an unwatched complete must not, and `WHEN` filters before anything is queued. A
- * waiter's mark and the update lock the same row: either the mark commits first and the update
- * sees it, or the mark's own read sees the change. The mark itself (which changes `watched_until`)
- * and a renew (which changes neither state nor fence) notify nobody.
- */
-function notifyTrigger(table: string, qualified: string, name: string): string[] {
-  return [
-    `CREATE OR REPLACE FUNCTION ${qualified}() RETURNS trigger LANGUAGE plpgsql AS $oncely$
-     BEGIN
-       PERFORM pg_notify(${CHANNEL_OF("TG_TABLE_SCHEMA", "TG_TABLE_NAME")}, ${TOPIC_OF_NEW});
-       RETURN NULL;
-     END
-     $oncely$`,
-    `DROP TRIGGER IF EXISTS "${name}" ON ${table}`,
-    `CREATE TRIGGER "${name}" AFTER UPDATE ON ${table} FOR EACH ROW
-     WHEN (NEW.watched_until >= ${NOW_MS}
-           AND OLD.watched_until IS NOT DISTINCT FROM NEW.watched_until
-           AND (OLD.state IS DISTINCT FROM NEW.state OR OLD.fence IS DISTINCT FROM NEW.fence))
-     EXECUTE FUNCTION ${qualified}()`,
-  ];
 }
 
 /** One step of `migrate()`: `check` (a query answering `needed`) decides whether `ddl` runs. */
@@ -247,7 +244,7 @@ export interface SchemaNames {
   readonly oldIndexQualified: string;
   readonly claimFunction: string;
   readonly notifyFunction: string;
-  /** The trigger's own name, unquoted. */
+  /** Version 2's trigger's own name, unquoted (dropped by version 3). */
   readonly notifyTrigger: string;
 }
 
@@ -263,19 +260,13 @@ function stamp(...ddl: string[]): string {
 /**
  * What `migrate()` runs, in order, inside one transaction. Each step runs only when its check says
  * it is needed, so a migrated table is left alone: no ALTER or CREATE INDEX takes the table's lock,
- * and the functions and trigger are recreated only when their stamp (a digest of their definition)
+ * and the claim function is recreated only when its stamp (a digest of their definition)
  * differs, e.g. after an oncely upgrade, never under the feet of a running fleet on every start.
  */
 export function postgresSchema(names: SchemaNames): MigrationStep[] {
   const { table } = names;
   const claim = claimFunction(table, names.claimFunction);
   const claimStamp = stamp(claim);
-  const [notifyFn, dropTrigger, createTrigger] = notifyTrigger(
-    table,
-    names.notifyFunction,
-    names.notifyTrigger,
-  ) as [string, string, string];
-  const notifyStamp = stamp(notifyFn, createTrigger);
   const literal = (text: string) => `'${text.replaceAll("'", "''")}'`;
   return [
     {
@@ -343,16 +334,15 @@ export function postgresSchema(names: SchemaNames): MigrationStep[] {
       ],
     },
     {
+      // version 2's notifying trigger and its function: the updates NOTIFY themselves now
       check: {
-        text: `SELECT NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = $2)
-                 OR obj_description(to_regprocedure($3), 'pg_proc') IS DISTINCT FROM $4 AS needed`,
-        values: [table, names.notifyTrigger, `${names.notifyFunction}()`, notifyStamp],
+        text: `SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = $2)
+                 OR to_regprocedure($3) IS NOT NULL AS needed`,
+        values: [table, names.notifyTrigger, `${names.notifyFunction}()`],
       },
       ddl: [
-        notifyFn,
-        `COMMENT ON FUNCTION ${names.notifyFunction}() IS ${literal(notifyStamp)}`,
-        dropTrigger,
-        createTrigger,
+        `DROP TRIGGER IF EXISTS "${names.notifyTrigger}" ON ${table}`,
+        `DROP FUNCTION IF EXISTS ${names.notifyFunction}()`,
       ],
     },
     {

@@ -23,6 +23,12 @@ export interface SqlDialect {
    * complete or a release (a PostgreSQL update that changes no indexed column is HOT).
    */
   readonly expiryFloor?: string;
+  /**
+   * A `column = expression` the dialect adds to the SET list of a complete and a release, given the
+   * condition under which the update changes the row's state or fence: PostgreSQL NOTIFYs a waiter
+   * that marked the row from it (and writes the mark back unchanged).
+   */
+  wakeWatchers?(changed: string): string;
 }
 
 /** A statement compiled for one dialect: its text and the parameter names in binding order. */

@@ -57,6 +57,9 @@ export function sharedSources(dialect: SqlDialect, table: string): SharedSources
     floor === undefined
       ? `expires_at = ${expr}`
       : `expires_at = ${expr}, ${floor} = LEAST(${floor}, ${expr})`;
+  // the dialect's wake-up of a waiter, when the update changes the row's state or fence
+  const wake = (changed: string) =>
+    dialect.wakeWatchers === undefined ? "" : `${dialect.wakeWatchers(changed)},`;
   return {
     // always one row: the clock's now, and the record's columns (all NULL when there is none)
     select: `SELECT ${now} AS now_ms, r.namespace AS found, ${READ_COLUMNS.map((c) => `r.${dialect.quote(c)}`).join(", ")}
@@ -69,11 +72,12 @@ export function sharedSources(dialect: SqlDialect, table: string): SharedSources
          result = CASE WHEN state = 'claimed' THEN :result ELSE result END,
          completed_at = CASE WHEN state = 'claimed' THEN ${now} ELSE completed_at END,
          ${expires(`CASE WHEN state = 'claimed' THEN ${now} + :ttl ELSE expires_at END`)},
+         ${wake("state = 'claimed'")}
          state = 'done'
        WHERE ${row} AND fence = :fence AND state IN ('claimed', 'done')`,
     // mirrors planRelease: only a claimed row with this fence; lease = now, fence + 1, token cleared,
     // retained ttl from now. Never deletes.
-    release: `UPDATE ${table} SET fence = fence + 1, token = '', lease_until = ${now}, ${expires(`${now} + :ttl`)}
+    release: `UPDATE ${table} SET ${wake("true")} fence = fence + 1, token = '', lease_until = ${now}, ${expires(`${now} + :ttl`)}
        WHERE ${row} AND fence = :fence AND state = 'claimed'`,
     // mirrors planRenew: only a claimed row with this fence (no lease check: ownership is the fence);
     // lease = now + leaseMs, retained ttl beyond it.
