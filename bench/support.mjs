@@ -1,4 +1,5 @@
 // What the benchmarks share: a closed-loop driver and the median of a row's rounds.
+import { readdirSync, readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 
 /** Runs `op(i)` for i in 0..n-1 with `c` workers, each awaiting its last call; returns operations per second. */
@@ -17,4 +18,44 @@ export async function drive(n, c, op) {
 export function median(values) {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.floor(sorted.length / 2)];
+}
+
+const CLOCK_TICKS = 100;
+
+/** CPU time (user + system, ms) a process has used so far, from Linux /proc; undefined elsewhere. */
+export function processCpuMs(pid) {
+  if (pid === undefined) return undefined;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * CPU time (ms) used so far by every process whose command name is `name` (PostgreSQL runs one
+ * process per connection plus its background workers), from Linux /proc; undefined elsewhere.
+ */
+export function commandCpuMs(name) {
+  let total;
+  let entries;
+  try {
+    entries = readdirSync("/proc");
+  } catch {
+    return undefined;
+  }
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    let stat;
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+    } catch {
+      continue; // exited meanwhile
+    }
+    if (stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")) !== name) continue;
+    total = (total ?? 0) + (processCpuMs(entry) ?? 0);
+  }
+  return total;
 }

@@ -25,14 +25,14 @@
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { once } from "node:events";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { createRequire, register } from "node:module";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import * as ddb from "@aws-sdk/client-dynamodb";
-import { drive, median } from "../support.mjs";
+import { drive, median, processCpuMs } from "../support.mjs";
 
 let utilDynamodb = "@aws-sdk/util-dynamodb";
 try {
@@ -124,19 +124,6 @@ async function startJava(what, jar, main, args) {
     await new Promise((r) => setTimeout(r, 200));
   }
 }
-
-/** CPU time (user + system, ms) a process has used so far, from Linux /proc; undefined elsewhere. */
-function processCpuMs(pid) {
-  if (pid === undefined) return undefined;
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS;
-  } catch {
-    return undefined;
-  }
-}
-const CLOCK_TICKS = 100;
 
 function counter(n) {
   const runs = new Uint32Array(n);

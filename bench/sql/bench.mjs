@@ -1,7 +1,8 @@
 // lock() with a no-op body on PostgreSQL and MariaDB against the raw statements a minimal
 // claim + complete needs (INSERT … ON CONFLICT DO NOTHING / INSERT IGNORE, then UPDATE) on the same
 // pool in the same run, and the duplicate path against one raw SELECT (issue 9's benchmark).
-// Ratios, never absolute claims; rows are interleaved over rounds and the median is reported.
+// Ratios, never absolute claims; rows are interleaved over rounds and the median is reported, with
+// the CPU per operation of this process and of the database server (Linux /proc).
 // Run: npm run bench:sql
 // Env: ONCELY_POSTGRES_URL, ONCELY_MYSQL_URL, BENCH_N (default 2000), BENCH_C (default "1,16"),
 //      BENCH_ROUNDS (default 3), BENCH_STORES (default "postgres,mysql"),
@@ -12,7 +13,7 @@ import pg from "pg";
 import { lock, silentLogger } from "../../dist/index.js";
 import { MysqlBackend } from "../../dist/mysql.js";
 import { PostgresBackend } from "../../dist/postgres.js";
-import { drive, median } from "../support.mjs";
+import { commandCpuMs, drive, median } from "../support.mjs";
 
 const N = Number(process.env.BENCH_N ?? 2_000);
 const CONCURRENCY = (process.env.BENCH_C ?? "1,16").split(",").map(Number);
@@ -45,6 +46,7 @@ async function postgres() {
   const select = { name: "raw_select", text: `SELECT state, fence FROM "${schema}".raw WHERE k = $1` };
   return {
     name: notifications ? "PostgreSQL 15" : "PostgreSQL 15 (notifications off)",
+    server: "postgres",
     raw: {
       pair: (k) => pool.query({ ...insert, values: [k] }).then(() => pool.query({ ...update, values: [k] })),
       select: (k) => pool.query({ ...select, values: [k] }),
@@ -72,6 +74,7 @@ async function mariadb() {
   await backend.get("warm-up");
   return {
     name: "MariaDB 10.11",
+    server: "mariadbd",
     raw: {
       pair: (k) =>
         pool
@@ -89,20 +92,48 @@ async function mariadb() {
 
 const options = (backend) => ({ backend, logger: silentLogger });
 const lines = [];
+const cpuLines = [];
+
+/**
+ * ops/s of one row, with this process's and the database server's CPU time per operation (µs):
+ * every process named `server` (PostgreSQL's connection processes and background workers; MariaDB's
+ * one process), from Linux /proc.
+ */
+async function row(samples, name, server, n, c, op) {
+  const client = process.cpuUsage();
+  const before = commandCpuMs(server);
+  samples[name].push(await drive(n, c, op));
+  const used = process.cpuUsage(client);
+  const after = commandCpuMs(server);
+  samples[`${name}Cpu`].push([
+    (used.user + used.system) / n,
+    before === undefined ? NaN : ((after - before) * 1000) / n,
+  ]);
+}
+const cpu = (pairs) =>
+  `${median(pairs.map((p) => p[0])).toFixed(0)} / ${Number.isNaN(pairs[0][1]) ? "?" : median(pairs.map((p) => p[1])).toFixed(0)}`;
 for (const open of STORES.map((s) => ({ postgres, mysql: mariadb })[s])) {
   const store = await open();
   for (const c of CONCURRENCY) {
-    const rows = { rawPair: [], lockNew: [], rawSelect: [], lockDuplicate: [] };
+    const names = ["rawPair", "lockNew", "rawSelect", "lockDuplicate"];
+    const rows = Object.fromEntries(
+      names.flatMap((k) => [
+        [k, []],
+        [`${k}Cpu`, []],
+      ]),
+    );
     for (let round = 0; round < ROUNDS; round++) {
       const tag = `${c}-${round}`;
-      rows.rawPair.push(await drive(N, c, (i) => store.raw.pair(`raw-${tag}-${i}`)));
-      rows.lockNew.push(await drive(N, c, (i) => lock(`new-${tag}-${i}`, noop, options(store.backend))));
-      rows.rawSelect.push(await drive(N, c, (i) => store.raw.select(`raw-${tag}-${i}`)));
-      rows.lockDuplicate.push(
-        await drive(N, c, (i) => lock(`new-${tag}-${i}`, noop, options(store.backend))),
-      );
+      const lockOf = (i) => lock(`new-${tag}-${i}`, noop, options(store.backend));
+      await row(rows, "rawPair", store.server, N, c, (i) => store.raw.pair(`raw-${tag}-${i}`));
+      await row(rows, "lockNew", store.server, N, c, lockOf);
+      await row(rows, "rawSelect", store.server, N, c, (i) => store.raw.select(`raw-${tag}-${i}`));
+      await row(rows, "lockDuplicate", store.server, N, c, lockOf);
     }
-    const m = Object.fromEntries(Object.entries(rows).map(([k, v]) => [k, median(v)]));
+    const m = Object.fromEntries(names.map((k) => [k, median(rows[k])]));
+    cpuLines.push(
+      `| ${store.name} | ${c} | ${cpu(rows.rawPairCpu)} | ${cpu(rows.lockNewCpu)} | ${cpu(rows.rawSelectCpu)} | ${cpu(rows.lockDuplicateCpu)} |`,
+    );
     const newRatio = m.lockNew / m.rawPair;
     const dupRatio = m.lockDuplicate / m.rawSelect;
     const mark = (r) => (r >= TARGET ? "meets" : "MISSES");
@@ -119,3 +150,9 @@ console.log(
 );
 console.log("|---|---|---|---|---|---|---|---|");
 for (const line of lines) console.log(line);
+console.log(
+  "\nCPU per operation, µs (this Node process / the database server's processes), medians of the same rows:\n",
+);
+console.log("| store | concurrency | raw INSERT+UPDATE | lock() new key | raw SELECT | lock() duplicate |");
+console.log("|---|---|---|---|---|---|");
+for (const line of cpuLines) console.log(line);
