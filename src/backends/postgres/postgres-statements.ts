@@ -260,7 +260,7 @@ function stamp(...ddl: string[]): string {
 /**
  * What `migrate()` runs, in order, inside one transaction. Each step runs only when its check says
  * it is needed, so a migrated table is left alone: no ALTER or CREATE INDEX takes the table's lock,
- * and the claim function is recreated only when its stamp (a digest of their definition)
+ * and the claim function is recreated only when its stamp (a digest of its definition)
  * differs, e.g. after an oncely upgrade, never under the feet of a running fleet on every start.
  */
 export function postgresSchema(names: SchemaNames): MigrationStep[] {
