@@ -3,7 +3,7 @@
  * ending, waits, commit decisions, fail-open, scoped and unbreakable logging, bounded store calls.
  */
 import { describe, expect, it } from "vitest";
-import { Guard, type GuardConfig, type SurfaceSpec } from "../src/core/guard.js";
+import { extendContext, Guard, type GuardConfig, type SurfaceSpec } from "../src/core/guard.js";
 import {
   type Backend,
   ConfigurationError,
@@ -448,5 +448,51 @@ describe("verb options behind the guard", () => {
     ).rejects.toThrow("work failed");
     expect(releases).toBe(2);
     expect(events).toEqual(["claimed", "released"]);
+  });
+});
+
+describe("the contexts work receives", () => {
+  // A per-call getter (an object literal with `get signal()`) gives each call's object a hidden class
+  // of its own, which V8 keeps in the old generation: every call's graph then survived young
+  // collections (docs/http.md, "Per-call hidden classes"). The getter lives on a shared class.
+  it("read signal through a prototype getter shared by every call, built only when read", async () => {
+    const { guard } = guardOf<number>();
+    const seen: Array<{ key: string; fence: number; signal: AbortSignal; guarded: boolean }> = [];
+    for (const name of ["a", "b"]) {
+      const outcome = await guard.run({ id: id(name) }, (context) => {
+        seen.push(context);
+        return 1;
+      });
+      expect(outcome.kind).toBe("ran");
+    }
+    const [first, second] = seen as [(typeof seen)[0], (typeof seen)[0]];
+    for (const context of seen) {
+      expect(Object.getOwnPropertyDescriptor(context, "signal")).toBeUndefined();
+      expect(context.guarded).toBe(true);
+      expect(context.fence).toBeGreaterThan(0);
+    }
+    expect(Object.getPrototypeOf(first)).toBe(Object.getPrototypeOf(second));
+    expect(first.signal).toBeInstanceOf(AbortSignal);
+    expect(first.signal.aborted).toBe(false);
+  });
+
+  it("extendContext adds the surface's fields and keeps signal lazy and shared", async () => {
+    const { guard } = guardOf<unknown>();
+    let extended: Record<string, unknown> & { signal: AbortSignal; key: string } = {} as never;
+    await guard.run({ id: id("ext") }, (context) => {
+      extended = extendContext(context, { request: "req", key: "not the base's" });
+      return 1;
+    });
+    expect(extended.request).toBe("req");
+    expect(extended.key).toMatch(/^t:ext-/); // the base wins a name both have
+    expect(extended.guarded).toBe(true);
+    expect(Object.getOwnPropertyDescriptor(extended, "signal")).toBeUndefined();
+    expect(extended.signal).toBeInstanceOf(AbortSignal);
+    const unguarded = extendContext(
+      { key: "", fence: 0, signal: AbortSignal.abort("x"), guarded: false },
+      { event: 1 },
+    );
+    expect(unguarded.signal.aborted).toBe(true);
+    expect(unguarded.event).toBe(1);
   });
 });
