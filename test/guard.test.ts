@@ -3,7 +3,13 @@
  * ending, waits, commit decisions, fail-open, scoped and unbreakable logging, bounded store calls.
  */
 import { describe, expect, it } from "vitest";
-import { extendContext, Guard, type GuardConfig, type SurfaceSpec } from "../src/core/guard.js";
+import {
+  extendContext,
+  Guard,
+  type GuardConfig,
+  type GuardContext,
+  type SurfaceSpec,
+} from "../src/core/guard.js";
 import {
   type Backend,
   ConfigurationError,
@@ -478,11 +484,12 @@ describe("the contexts work receives", () => {
 
   it("extendContext adds the surface's fields and keeps signal lazy and shared", async () => {
     const { guard } = guardOf<unknown>();
-    let extended: Record<string, unknown> & { signal: AbortSignal; key: string } = {} as never;
+    const made: Array<GuardContext & { request: string }> = [];
     await guard.run({ id: id("ext") }, (context) => {
-      extended = extendContext(context, { request: "req", key: "not the base's" });
+      made.push(extendContext(context, { request: "req", key: "not the base's" }));
       return 1;
     });
+    const extended = made[0] as GuardContext & { request: string };
     expect(extended.request).toBe("req");
     expect(extended.key).toMatch(/^t:ext-/); // the base wins a name both have
     expect(extended.guarded).toBe(true);

@@ -325,19 +325,35 @@ async function settleClaim(r: Resolved, pending: Promise<ClaimOutcome>, sentAt: 
  * backend's notification, else a backed-off poll) and claims again. `stop` ends the wait early for
  * outcomes the caller handles at once (a fingerprint conflict).
  */
-async function acquireWaiting(
+function acquireWaiting(
   r: Resolved,
   key: string,
   wait: number,
   check: (outcome: Extract<ClaimOutcome, { kind: "held" }>) => void,
   trace?: Trace,
-): Promise<Acquired> {
+): Acquired | Promise<Acquired> {
   const start = r.clock.now();
+  const first = acquire(r, key);
+  // A synchronous backend's answer that needs no wait (won, done) returns as it came: no promise.
+  if (!(first instanceof Promise) && first.outcome.kind !== "held") return first;
+  return waitFor(r, key, wait, check, trace, start, first);
+}
+
+async function waitFor(
+  r: Resolved,
+  key: string,
+  wait: number,
+  check: (outcome: Extract<ClaimOutcome, { kind: "held" }>) => void,
+  trace: Trace | undefined,
+  start: number,
+  first: Acquired | Promise<Acquired>,
+): Promise<Acquired> {
   const deadline = start + wait;
   let delay = 10;
   let waited = false;
+  let claiming = first;
   for (;;) {
-    const acquired = await acquire(r, key);
+    const acquired = await claiming;
     const { outcome } = acquired;
     if (trace !== undefined && waited) trace.waitMs = r.clock.now() - start;
     if (outcome.kind !== "held") return acquired;
@@ -348,6 +364,7 @@ async function acquireWaiting(
     waited = true;
     await waitForChange(r, key, step);
     delay = Math.min(delay * 2, 500);
+    claiming = acquire(r, key);
   }
 }
 

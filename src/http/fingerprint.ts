@@ -43,14 +43,14 @@ const UNRESERVED = /^[A-Za-z0-9\-._~]$/;
 
 /** `v1:` and the base64url SHA-256 of the canonical request. */
 export function fingerprint(input: FingerprintInput): string {
-  const body = canonicalBody(input.contentType, input.body);
+  const body = canonicalParts(input.contentType, input.body);
   return `${FINGERPRINT_VERSION}:${lengthPrefixedHash([
     FINGERPRINT_VERSION,
     input.method.toUpperCase(),
     canonicalPath(input.path),
     sortedQuery(input.query),
     body.kind,
-    body.bytes,
+    body.part,
   ])}`;
 }
 
@@ -80,33 +80,45 @@ export function canonicalBody(
   contentType: string | undefined,
   body: RequestBody,
 ): { readonly kind: "none" | "json" | "form" | "raw"; readonly bytes: Uint8Array } {
+  const { kind, part } = canonicalParts(contentType, body);
+  return { kind, bytes: typeof part === "string" ? encoder.encode(part) : part };
+}
+
+/**
+ * `canonicalBody` with a canonical text left as a string: the hash writes it as UTF-8 itself, the
+ * same bytes `canonicalBody` encodes, without an encoder round trip.
+ */
+function canonicalParts(
+  contentType: string | undefined,
+  body: RequestBody,
+): { readonly kind: "none" | "json" | "form" | "raw"; readonly part: string | Uint8Array } {
   const type = mediaType(contentType);
-  if (body.kind === "none") return { kind: "none", bytes: new Uint8Array(0) };
+  if (body.kind === "none") return { kind: "none", part: EMPTY };
   if (body.kind === "parsed" && !isBytesLike(body.value)) return canonicalParsed(type, body.value);
   const bytes = body.kind === "bytes" ? body.bytes : toBytes(body.value as string | Uint8Array);
-  if (bytes.length === 0) return { kind: "none", bytes };
+  if (bytes.length === 0) return { kind: "none", part: bytes };
   try {
-    if (type === "json")
-      return { kind: "json", bytes: encoder.encode(canonicalJson(JSON.parse(text(bytes)))) };
-    if (type === "form")
-      return { kind: "form", bytes: encoder.encode(canonicalForm(formPairs(text(bytes)))) };
+    if (type === "json") return { kind: "json", part: canonicalJson(JSON.parse(text(bytes))) };
+    if (type === "form") return { kind: "form", part: canonicalForm(formPairs(text(bytes))) };
   } catch {
     // not what the content type claims: fall through to the raw bytes
   }
-  return { kind: "raw", bytes };
+  return { kind: "raw", part: bytes };
 }
+
+const EMPTY = new Uint8Array(0);
 
 function canonicalParsed(
   type: "json" | "form" | "other",
   value: unknown,
-): { readonly kind: "none" | "json" | "form" | "raw"; readonly bytes: Uint8Array } {
+): { readonly kind: "none" | "json" | "form" | "raw"; readonly part: string } {
   try {
     if (type === "form" && typeof value === "object" && value !== null) {
-      return { kind: "form", bytes: encoder.encode(canonicalForm(objectPairs(value))) };
+      return { kind: "form", part: canonicalForm(objectPairs(value)) };
     }
-    return { kind: "json", bytes: encoder.encode(canonicalJson(value)) };
+    return { kind: "json", part: canonicalJson(value) };
   } catch {
-    return { kind: "raw", bytes: encoder.encode(String(value)) };
+    return { kind: "raw", part: String(value) };
   }
 }
 

@@ -237,7 +237,13 @@ export class HttpGuard<R> {
       path,
     };
     const outcome = await this.#guard.run(subject, run, {
-      fingerprint: fingerprint({ ...request, path, body: request.body }),
+      fingerprint: fingerprint({
+        method: request.method,
+        path,
+        query: request.query,
+        contentType: request.contentType,
+        body: request.body,
+      }),
       commit: (captured) => this.#commit(captured),
     });
     if (outcome.kind !== "duplicate") return this.#translate(outcome);

@@ -91,42 +91,50 @@ export function storedHeaders(
 // Layout v1: version (1 byte), status (u16), header count (u16), per header name length (u16),
 // name, value length (u32), value; body length (u32), body. Big-endian throughout.
 const LAYOUT_VERSION = 1;
-const encoder = new TextEncoder();
 const decoder = new TextDecoder("utf-8", { fatal: true });
 
-/** Encodes a stored response (its headers as given: filter them with `storedHeaders` first). */
+/**
+ * Encodes a stored response (its headers as given: filter them with `storedHeaders` first). Strings
+ * are written as UTF-8 straight into one buffer (no encoder round trip per header).
+ */
 export function encodeStoredResponse(response: StoredResponse): Uint8Array {
-  const names = response.headers.map(([name]) => encoder.encode(name));
-  const values = response.headers.map(([, value]) => encoder.encode(value));
-  let size = 1 + 2 + 2 + 4 + response.body.length;
-  for (let i = 0; i < names.length; i++)
-    size += 2 + (names[i] as Uint8Array).length + 4 + (values[i] as Uint8Array).length;
-  const out = new Uint8Array(size);
-  const view = new DataView(out.buffer);
-  let at = 0;
-  out[at++] = LAYOUT_VERSION;
-  view.setUint16(at, response.status);
-  at += 2;
-  view.setUint16(at, names.length);
-  at += 2;
-  for (let i = 0; i < names.length; i++) {
-    const name = names[i] as Uint8Array;
-    const value = values[i] as Uint8Array;
-    view.setUint16(at, name.length);
-    out.set(name, at + 2);
-    at += 2 + name.length;
-    view.setUint32(at, value.length);
-    out.set(value, at + 4);
-    at += 4 + value.length;
+  const { headers, body } = response;
+  let size = 1 + 2 + 2 + 4 + body.length;
+  for (const [name, value] of headers) {
+    size += 2 + Buffer.byteLength(name, "utf8") + 4 + Buffer.byteLength(value, "utf8");
   }
-  view.setUint32(at, response.body.length);
-  out.set(response.body, at + 4);
+  // Small outputs come from Node's shared pool: a backend that keeps them copies them (the memory
+  // backend does), the others send them.
+  const out = Buffer.allocUnsafe(size);
+  out[0] = LAYOUT_VERSION;
+  out.writeUInt16BE(response.status, 1);
+  out.writeUInt16BE(headers.length, 3);
+  let at = 5;
+  for (const [name, value] of headers) {
+    const nameLength = out.write(name, at + 2, "utf8");
+    out.writeUInt16BE(nameLength, at);
+    at += 2 + nameLength;
+    const valueLength = out.write(value, at + 4, "utf8");
+    out.writeUInt32BE(valueLength, at);
+    at += 4 + valueLength;
+  }
+  out.writeUInt32BE(body.length, at);
+  out.set(body, at + 4);
   return out;
+}
+
+/** UTF-8 text of `bytes[start, end)`: ASCII (nearly every header) without a decoder call. */
+function textAt(bytes: Uint8Array, buffer: Buffer, start: number, end: number): string {
+  for (let i = start; i < end; i++) {
+    if ((bytes[i] as number) > 0x7f) return decoder.decode(bytes.subarray(start, end));
+  }
+  return buffer.toString("latin1", start, end);
 }
 
 /** Decodes what `encodeStoredResponse` wrote. Throws a `RangeError` on anything else. */
 export function decodeStoredResponse(bytes: Uint8Array): StoredResponse {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const buffer = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   let at = 0;
   const need = (n: number) => {
     if (at + n > bytes.length) throw new RangeError("stored response is truncated");
@@ -143,12 +151,12 @@ export function decodeStoredResponse(bytes: Uint8Array): StoredResponse {
     const nameLength = view.getUint16(at);
     at += 2;
     need(nameLength + 4);
-    const name = decoder.decode(bytes.subarray(at, at + nameLength));
+    const name = textAt(bytes, buffer, at, at + nameLength);
     at += nameLength;
     const valueLength = view.getUint32(at);
     at += 4;
     need(valueLength);
-    headers.push([name, decoder.decode(bytes.subarray(at, at + valueLength))]);
+    headers.push([name, textAt(bytes, buffer, at, at + valueLength)]);
     at += valueLength;
   }
   need(4);
@@ -156,7 +164,8 @@ export function decodeStoredResponse(bytes: Uint8Array): StoredResponse {
   at += 4;
   need(bodyLength);
   if (at + bodyLength !== bytes.length) throw new RangeError("stored response has trailing bytes");
-  return { status, headers, body: bytes.slice(at, at + bodyLength) };
+  // A view, not a copy: backends hand the codec bytes of their own (the memory backend copies).
+  return { status, headers, body: new Uint8Array(bytes.buffer, bytes.byteOffset + at, bodyLength) };
 }
 
 /** The codec the HTTP surface hands the core guard: stored responses in layout v1. */

@@ -70,3 +70,40 @@ describe("Fastify: a client that disconnects mid-handler", () => {
     await app.close();
   });
 });
+
+describe("Fastify: a handler that replies in the turn the guard starts it", () => {
+  // On a synchronous backend the guard starts the handler before `execute` has returned, and a
+  // handler that calls `reply.send` at once reaches `onSend` in that same turn: the plugin must still
+  // hold the payload until the record is committed.
+  it("is stored before it is sent, and replayed", async () => {
+    const app = Fastify();
+    const backend = new MemoryBackend();
+    let runs = 0;
+    await app.register(idempotency, { backend, logger: silentLogger });
+    app.post("/now", (_request, reply) => {
+      runs++;
+      reply.code(201).header("location", "/now/1").send({ run: runs });
+    });
+    await app.ready();
+    const key = randomUUID();
+    const post = () =>
+      app.inject({
+        method: "POST",
+        url: "/now",
+        headers: { "idempotency-key": key, "content-type": "application/json" },
+        payload: "{}",
+      });
+    const first = await post();
+    expect(first.statusCode).toBe(201);
+    expect(first.json()).toEqual({ run: 1 });
+    expect(first.headers["idempotent-replayed"]).toBeUndefined();
+    expect(backend.size).toBe(1);
+    const again = await post();
+    expect(again.statusCode).toBe(201);
+    expect(again.headers["idempotent-replayed"]).toBe("true");
+    expect(again.headers.location).toBe("/now/1");
+    expect(again.body).toBe(first.body);
+    expect(runs).toBe(1);
+    await app.close();
+  });
+});

@@ -89,6 +89,19 @@ describe("stored response encoding", () => {
     expect(() => decodeStoredResponse(Uint8Array.of(1, 0, 5, 0, 0, 0, 0, 0, 0))).toThrow(RangeError);
     expect(() => decodeStoredResponse(new TextEncoder().encode("garbage!"))).toThrow(RangeError);
     expect(() => decodeStoredResponse(new Uint8Array(0))).toThrow(RangeError);
+    // Header text that is not UTF-8 is refused, never replayed as replacement characters.
+    const one = encodeStoredResponse({ status: 200, headers: [["x-a", "b"]], body: new Uint8Array(0) });
+    const broken = Uint8Array.from(one);
+    broken[broken.indexOf(0x62)] = 0xff;
+    expect(() => decodeStoredResponse(broken)).toThrow(TypeError);
+    expect(decodeStoredResponse(one).headers).toEqual([["x-a", "b"]]);
+  });
+
+  it("writes header text as UTF-8 (the layout's bytes are unchanged)", () => {
+    const bytes = encodeStoredResponse({ status: 201, headers: [["x-é", "ü"]], body: Uint8Array.of(7) });
+    expect([...bytes]).toEqual([
+      1, 0, 201, 0, 1, 0, 4, 0x78, 0x2d, 0xc3, 0xa9, 0, 0, 0, 2, 0xc3, 0xbc, 0, 0, 0, 1, 7,
+    ]);
   });
 });
 

@@ -16,6 +16,11 @@ interface Pending {
   /** Set once the handler runs under the guard: resolves the capture, awaits the decision. */
   settle?: ((captured: CapturedResponse) => void) | undefined;
   decision?: Promise<HttpDecision> | undefined;
+  /**
+   * `onSend`'s continuation when it ran before `execute` returned its promise: the guard may start
+   * the handler synchronously (a synchronous backend), and Fastify may reach `onSend` in that turn.
+   */
+  sent?: readonly [() => void, (error: unknown) => void] | undefined;
 }
 
 /**
@@ -139,11 +144,12 @@ export async function idempotency(
       () =>
         new Promise<CapturedResponse>((resolve) => {
           state.settle = resolve;
-          state.decision = decision;
           started = true;
           done();
         }),
     );
+    state.decision = decision;
+    if (state.sent !== undefined) decision.then(...state.sent);
     decision.then((first) => {
       // Once the handler started, `onSend` captures its reply and waits for this decision.
       if (started) return;
@@ -168,7 +174,7 @@ export async function idempotency(
 
   fastify.addHook("onSend", (request, reply, payload, done) => {
     const state = pending.get(request);
-    if (state?.settle === undefined || state.decision === undefined) {
+    if (state?.settle === undefined) {
       done(null, payload);
       return;
     }
@@ -204,10 +210,9 @@ export async function idempotency(
       settle({ kind: "buffered", response: { status: reply.statusCode, headers, body } });
     }
     // The record is committed (or the key released) before the payload is written.
-    state.decision.then(
-      () => done(null, payload),
-      (error: unknown) => done(error as Error),
-    );
+    const sent = [() => done(null, payload), (error: unknown) => done(error as Error)] as const;
+    if (state.decision === undefined) state.sent = sent;
+    else state.decision.then(...sent);
   });
 
   // No release on `onRequestAbort`: the handler may still be running its side effect, and a release
