@@ -188,6 +188,25 @@ describe("hash stability (records already stored stay readable)", () => {
         request({ path: "/big", contentType: "text/plain", body: { kind: "bytes", bytes: large } }),
       ),
     ).toBe("v1:WSWDRdi_5XuG9DmRsoBc_mTfogLHPnSqfyuF-qOWIRA");
+    // The one-string path (every part ASCII and under 128 bytes) and the buffer path around its edges.
+    expect(scopedKey("k".repeat(127), "t", "POST", "/orders")).toBe(
+      "http:FSRfDLoGYgb9zANqlhxcmRXTuW4sYd_p8YWPGMlNA4o",
+    );
+    expect(scopedKey("k".repeat(128), "t", "POST", "/orders")).toBe(
+      "http:0o9Jmm0g_Kk7nXP-IYlngdTomv6UVE_3-IV3m9B9vKM",
+    );
+    expect(scopedKey("x\u007f", undefined, "POST", "/")).toBe(
+      "http:w3D32YPzROfdmObseD0eYXOGPWO_XWDCCyetAZ9TK9k",
+    );
+    const jsonPrint = (text: string) =>
+      fingerprint(request({ path: "/o", query: "", body: { kind: "bytes", bytes: bytes(text) } }));
+    expect(jsonPrint(JSON.stringify({ note: "n".repeat(130) }))).toBe(
+      "v1:whqLuaBST3PLy1Fh7--moEMmfbG-UNRtfCXT8m5D8ik",
+    );
+    expect(fingerprint(request({ path: "/o", query: "", body: { kind: "none" } }))).toBe(
+      "v1:Xczniozz5sY51myJ3yolakS1chII3p7jjDVSIQz_nTM",
+    );
+    expect(jsonPrint('{"a":"é"}')).toBe("v1:FCmCsf_Vhk4KTSYwnZmt_lMiDXWxQ9odJLulzjPsxAs");
     // a small input after a large one still hashes as itself
     expect(scopedKey("abc", undefined, "POST", "/orders")).toBe(
       "http:repEK4Vnlza36XBIxiwbPKoA_uncilL3nN1j4PYGFHg",
