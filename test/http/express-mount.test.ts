@@ -151,3 +151,63 @@ describe("Express response capture", () => {
     expect(runs).toBe(1);
   });
 });
+
+describe("Express: other middleware that wraps the response's methods", () => {
+  async function serveWith(wrap: "before" | "after") {
+    const app = express();
+    const backend = new MemoryBackend();
+    const seen = { runs: 0, wrapped: 0, prototypes: [] as unknown[] };
+    // What `on-headers` and `compression` do: own wrappers over the response's writeHead and end.
+    const wrapper: express.RequestHandler = (_req, res, next) => {
+      const { end, writeHead } = res;
+      res.writeHead = function (this: typeof res, ...args: Parameters<typeof writeHead>) {
+        seen.wrapped++;
+        return writeHead.apply(this, args);
+      } as typeof writeHead;
+      res.end = function (this: typeof res, ...args: unknown[]) {
+        return (end as (...a: unknown[]) => typeof res).apply(this, args);
+      } as typeof end;
+      next();
+    };
+    app.use(express.json());
+    if (wrap === "before") app.use(wrapper);
+    app.use(idempotency({ backend, logger: silentLogger }));
+    if (wrap === "after") app.use(wrapper);
+    app.post("/orders", (_req, res) => {
+      seen.runs++;
+      res.on("finish", () => seen.prototypes.push(Object.getPrototypeOf(res)));
+      res.status(201).json({ run: seen.runs });
+    });
+    const server = createServer(app);
+    servers.push(server);
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/orders`;
+    return { app, backend, seen, url };
+  }
+
+  for (const wrap of ["before", "after"] as const) {
+    it(`holds, stores and replays the response with a wrapper mounted ${wrap} it`, async () => {
+      const { app, backend, seen, url } = await serveWith(wrap);
+      const key = randomUUID();
+      const post = () =>
+        fetch(url, {
+          method: "POST",
+          headers: { "idempotency-key": key, "content-type": "application/json" },
+          body: "{}",
+        });
+      const first = await post();
+      expect(first.status).toBe(201);
+      expect(await first.json()).toEqual({ run: 1 });
+      expect(first.headers.get("idempotent-replayed")).toBeNull();
+      expect(backend.size).toBe(1);
+      const again = await post();
+      expect(again.status).toBe(201);
+      expect(await again.json()).toEqual({ run: 1 });
+      expect(again.headers.get("idempotent-replayed")).toBe("true");
+      expect(seen.runs).toBe(1);
+      expect(seen.wrapped).toBeGreaterThanOrEqual(1);
+      // The response's own prototype is back once it is sent.
+      expect(seen.prototypes).toEqual([app.response]);
+    });
+  }
+});
