@@ -211,3 +211,42 @@ describe("Express: other middleware that wraps the response's methods", () => {
     });
   }
 });
+
+describe("Express: a route in a mounted sub-app", () => {
+  // Express re-parents each response into the sub-app's `response` prototype when it enters it, so
+  // the capture must not rely on the response's prototype (see docs/http.md, "Per framework").
+  for (const factory of [express, express4] as const) {
+    it(`holds, stores and replays its response (${factory === express ? "Express 5" : "Express 4"})`, async () => {
+      const app = factory();
+      const api = factory();
+      const backend = new MemoryBackend();
+      let runs = 0;
+      app.use(factory.json());
+      app.use(idempotency({ backend, logger: silentLogger }));
+      api.post("/orders", (_req, res) => {
+        runs++;
+        res.status(201).json({ run: runs });
+      });
+      app.use("/api", api);
+      const server = createServer(app);
+      servers.push(server);
+      await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/api/orders`;
+      const key = randomUUID();
+      const post = () =>
+        fetch(url, {
+          method: "POST",
+          headers: { "idempotency-key": key, "content-type": "application/json" },
+          body: "{}",
+          signal: AbortSignal.timeout(5_000),
+        });
+      const first = await post();
+      expect(first.status).toBe(201);
+      expect(await first.json()).toEqual({ run: 1 });
+      const again = await post();
+      expect(again.headers.get("idempotent-replayed")).toBe("true");
+      expect(await again.json()).toEqual({ run: 1 });
+      expect(runs).toBe(1);
+    });
+  }
+});

@@ -14,65 +14,6 @@ type Chunk = string | Uint8Array;
 
 const INTERCEPTED = ["writeHead", "write", "end", "flushHeaders"] as const;
 
-/** The capture of each response being held, for the capturing prototypes' methods. */
-const captures = new WeakMap<object, ResponseCapture>();
-/** One capturing prototype per response prototype (Express's `app.response`, Node's own). */
-const capturingPrototypes = new WeakMap<object, object>();
-
-/** As a prototype's methods are: a middleware may still assign its own wrapper over one. */
-const OVERRIDABLE = { writable: true, configurable: true } as const;
-
-/**
- * A prototype over `base` whose intercepted methods route a held response to its capture, and any
- * other (released, or a wrapper that kept a reference) to `base`'s own method.
- */
-function capturingPrototype(base: object): object {
-  let prototype = capturingPrototypes.get(base);
-  if (prototype !== undefined) return prototype;
-  const original = base as Record<(typeof INTERCEPTED)[number], (...args: unknown[]) => unknown>;
-  prototype = Object.create(base, {
-    writeHead: {
-      ...OVERRIDABLE,
-      value: function writeHead(this: ServerResponse, ...args: unknown[]) {
-        const capture = captures.get(this);
-        return capture === undefined ? original.writeHead.apply(this, args) : capture.onWriteHead(args);
-      },
-    },
-    write: {
-      ...OVERRIDABLE,
-      value: function write(this: ServerResponse, ...args: unknown[]) {
-        const capture = captures.get(this);
-        return capture === undefined
-          ? original.write.apply(this, args)
-          : capture.onWrite(args[0] as Chunk, args[1] as BufferEncoding | Callback, args[2] as Callback);
-      },
-    },
-    end: {
-      ...OVERRIDABLE,
-      value: function end(this: ServerResponse, ...args: unknown[]) {
-        const capture = captures.get(this);
-        return capture === undefined
-          ? original.end.apply(this, args)
-          : capture.onEnd(
-              args[0] as Chunk | Callback,
-              args[1] as BufferEncoding | Callback,
-              args[2] as Callback,
-            );
-      },
-    },
-    flushHeaders: {
-      ...OVERRIDABLE,
-      value: function flushHeaders(this: ServerResponse) {
-        const capture = captures.get(this);
-        if (capture === undefined) return original.flushHeaders.apply(this);
-        return capture.onFlushHeaders();
-      },
-    },
-  }) as object;
-  capturingPrototypes.set(base, prototype);
-  return prototype;
-}
-
 /** One response's capture. `start()` intercepts; exactly one of `release()`/`passed` ends it. */
 export class ResponseCapture {
   readonly #res: ServerResponse;
@@ -82,8 +23,8 @@ export class ResponseCapture {
   #size = 0;
   #state: "idle" | "holding" | "held" | "passing" | "released" = "idle";
   #onEnd: Callback | undefined;
-  /** The response's own prototype, while a capturing one stands in for it (see `start`). */
-  #base: object | undefined;
+  /** What `start` put on the response, to tell them from a later middleware's wrappers. */
+  #interceptors: Record<(typeof INTERCEPTED)[number], unknown> | undefined;
   #settle: (captured: CapturedResponse) => void = () => {};
   /** Resolves when the handler's response is complete: held whole, or sent through. */
   readonly result: Promise<CapturedResponse>;
@@ -102,30 +43,24 @@ export class ResponseCapture {
     });
   }
 
-  /**
-   * Starts intercepting the response's writes. The response's prototype is swapped for a capturing
-   * one while it is held: adding own methods to it instead cost about 3 µs per property on
-   * Express's responses (each store built a new hidden class), and those hidden classes, kept in
-   * the old generation, held every request's objects through young collections. A response that
-   * already has an own intercepted method (a middleware such as `on-headers` wrapped it) gets own
-   * wrappers over those, as the prototype's would be shadowed.
-   */
+  /** Starts intercepting the response's writes. */
   start(): void {
     if (this.#state !== "idle") return;
     this.#state = "holding";
     const res = this.#res as unknown as Record<string, unknown>;
-    if (!INTERCEPTED.some((name) => Object.hasOwn(res, name))) {
-      this.#base = Object.getPrototypeOf(res) as object;
-      captures.set(res, this);
-      Object.setPrototypeOf(res, capturingPrototype(this.#base));
-      return;
-    }
-    res.writeHead = (...args: unknown[]) => this.onWriteHead(args);
-    res.write = (chunk: Chunk, encoding?: BufferEncoding | Callback, callback?: Callback) =>
-      this.onWrite(chunk, encoding, callback);
-    res.end = (chunk?: Chunk | Callback, encoding?: BufferEncoding | Callback, callback?: Callback) =>
-      this.onEnd(chunk, encoding, callback);
-    res.flushHeaders = () => this.onFlushHeaders();
+    const interceptors = {
+      writeHead: (...args: unknown[]) => this.#writeHead(args),
+      write: (chunk: Chunk, encoding?: BufferEncoding | Callback, callback?: Callback) =>
+        this.#write(chunk, encoding, callback),
+      end: (chunk?: Chunk | Callback, encoding?: BufferEncoding | Callback, callback?: Callback) =>
+        this.#end(chunk, encoding, callback),
+      flushHeaders: () => {
+        if (this.#state === "holding") this.#passThrough("streamed");
+        (this.#original.flushHeaders as () => void).call(this.#res);
+      },
+    };
+    this.#interceptors = interceptors;
+    for (const name of INTERCEPTED) res[name] = interceptors[name];
   }
 
   /** Sends the held response as the handler wrote it (after the guard decided). */
@@ -146,19 +81,18 @@ export class ResponseCapture {
   }
 
   #restore(): void {
-    const res = this.#res as unknown as Record<string, unknown>;
-    if (this.#base !== undefined) {
-      Object.setPrototypeOf(res, this.#base);
-      captures.delete(res);
-      return;
-    }
     // Assigned back, never deleted: deleting an own property turns the response into a slow
     // dictionary-mode object for the rest of its life, and Node's HTTP internals read it often.
-    for (const name of INTERCEPTED) res[name] = this.#original[name];
+    // A method a later middleware wrapped over an interceptor (compression, `on-headers`) is left in
+    // place: its wrapper calls the interceptor, which passes straight through once released.
+    const res = this.#res as unknown as Record<string, unknown>;
+    const interceptors = this.#interceptors as Record<string, unknown> | undefined;
+    for (const name of INTERCEPTED) {
+      if (interceptors === undefined || res[name] === interceptors[name]) res[name] = this.#original[name];
+    }
   }
 
-  /** @internal `writeHead` while the response is intercepted. */
-  onWriteHead(args: unknown[]): ServerResponse {
+  #writeHead(args: unknown[]): ServerResponse {
     if (this.#state !== "holding")
       return (this.#original.writeHead as (...a: unknown[]) => ServerResponse).apply(this.#res, args);
     const [status, second, third] = args as [number, unknown, unknown];
@@ -182,14 +116,7 @@ export class ResponseCapture {
     return this.#res;
   }
 
-  /** @internal `flushHeaders` while the response is intercepted: it streams from here on. */
-  onFlushHeaders(): void {
-    if (this.#state === "holding") this.#passThrough("streamed");
-    (this.#original.flushHeaders as () => void).call(this.#res);
-  }
-
-  /** @internal `write` while the response is intercepted. */
-  onWrite(chunk: Chunk, encoding?: BufferEncoding | Callback, callback?: Callback): boolean {
+  #write(chunk: Chunk, encoding?: BufferEncoding | Callback, callback?: Callback): boolean {
     if (this.#state === "holding") this.#passThrough("streamed");
     return (this.#original.write as (c: Chunk, e?: unknown, cb?: unknown) => boolean).call(
       this.#res,
@@ -199,8 +126,7 @@ export class ResponseCapture {
     );
   }
 
-  /** @internal `end` while the response is intercepted. */
-  onEnd(chunk?: Chunk | Callback, encoding?: BufferEncoding | Callback, callback?: Callback): ServerResponse {
+  #end(chunk?: Chunk | Callback, encoding?: BufferEncoding | Callback, callback?: Callback): ServerResponse {
     if (this.#state !== "holding") {
       return (this.#original.end as (c?: unknown, e?: unknown, cb?: unknown) => ServerResponse).call(
         this.#res,
