@@ -4,9 +4,13 @@
 // and Fastify the "floor", a minimal inline guard (see server.mjs) that locates the limit. One run,
 // ratios against the bare app measured in the same run; rounds interleave variants and the table
 // shows medians. Options: --seconds N (per measurement, default 4), --rounds N (default 2),
-// --connections N (default 10), --only express,fastify,hono,fetch.
+// --connections N (default 10), --only express,fastify,hono,fetch, --promoted (adds the bytes per
+// request that survive young-generation collections, from V8's sampling heap profiler in the server:
+// see promoted.mjs; the profiler costs some throughput, so compare ratios within such a run only).
 import { execFileSync, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
@@ -19,11 +23,15 @@ const seconds = Number(option("seconds", "4"));
 const rounds = Number(option("rounds", "2"));
 const connections = Number(option("connections", "10"));
 const frameworks = option("only", "express,fastify,hono,fetch").split(",");
+const promoted = args.includes("--promoted");
 const here = (file) => fileURLToPath(new URL(file, import.meta.url));
+const promotedOut = join(tmpdir(), `oncely-bench-promoted-${process.pid}.json`);
 
 function startServer(framework, variant) {
-  const child = spawn(process.execPath, [here("./server.mjs"), framework, variant], {
+  const preload = promoted ? ["--import", here("./promoted.mjs")] : [];
+  const child = spawn(process.execPath, [...preload, here("./server.mjs"), framework, variant], {
     stdio: ["ignore", "pipe", "inherit"],
+    env: { ...process.env, ONCELY_BENCH_PROMOTED_OUT: promotedOut },
   });
   return new Promise((resolve, reject) => {
     child.once("exit", (code) => reject(new Error(`${framework} ${variant} server exited (${code})`)));
@@ -74,10 +82,22 @@ async function measure(framework, variant, mode) {
   const server = await startServer(framework, variant);
   try {
     await load(server.url, mode, 1); // warm-up, discarded
+    if (promoted) {
+      server.child.kill("SIGUSR2");
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
     const before = cpuSeconds(server.child.pid);
     const result = await load(server.url, mode, seconds);
     const cpu = cpuSeconds(server.child.pid) - before;
-    return { ...result, cpuUs: (cpu * 1e6) / result.total };
+    let promotedB = Number.NaN;
+    if (promoted) {
+      server.child.removeAllListeners("exit");
+      const exited = new Promise((resolve) => server.child.once("exit", resolve));
+      server.child.kill("SIGTERM");
+      await exited;
+      promotedB = JSON.parse(readFileSync(promotedOut, "utf8")).bytes / result.total;
+    }
+    return { ...result, cpuUs: (cpu * 1e6) / result.total, promotedB };
   } finally {
     server.child.kill("SIGKILL");
   }
@@ -139,6 +159,7 @@ for (const framework of frameworks) {
       id === bare ? "—" : `${stat(id, "p99") - bareP99 >= 0 ? "+" : ""}${stat(id, "p99") - bareP99} ms`,
       id === bare ? "1.00" : ratio.toFixed(2),
       target === undefined ? "" : `${ratio >= target ? "meets" : "MISSES"} ≥ ${target}`,
+      ...(promoted ? [`${Math.round(stat(id, "promotedB")).toLocaleString("en-US")} B`] : []),
     ]);
   };
   row("bare app", bare);
@@ -163,6 +184,7 @@ for (const framework of frameworks) {
       "",
       versus.toFixed(2),
       `${versus >= 4 ? "meets" : "MISSES"} ≥ 4`,
+      ...(promoted ? [""] : []),
     ]);
   }
 }
@@ -177,6 +199,7 @@ const header = [
   "added p99",
   "× bare (req/s)",
   "target",
+  ...(promoted ? ["promoted/req"] : []),
 ];
 const widths = header.map((title, i) => Math.max(title.length, ...rows.map((row) => String(row[i]).length)));
 const line = (cells) => `| ${cells.map((cell, i) => String(cell).padEnd(widths[i])).join(" | ")} |`;
