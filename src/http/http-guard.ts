@@ -113,8 +113,13 @@ export class HttpGuard<R> {
   readonly #compat: Compat;
   readonly #maxRequestBytes: number;
   readonly #maxResponseBytes: number;
-  /** The stored bytes `commit` prepared, handed to the codec when the guard completes the key. */
-  readonly #prepared = new WeakMap<CapturedResponse, Uint8Array>();
+  /**
+   * The response `commit` accepted and the stored bytes it prepared, handed to the codec when the
+   * guard completes the key. One slot, not a map keyed by response: the core calls the codec in the
+   * same synchronous step as `commit` (nothing runs between them), and a `WeakMap` entry per request
+   * costs an ephemeron write barrier and work in every young-generation collection.
+   */
+  #prepared: { readonly captured: CapturedResponse; readonly bytes: Uint8Array } | undefined;
 
   /**
    * @param wrapper names the entry point in configuration errors (`withIdempotency`, `idempotency`)
@@ -156,9 +161,12 @@ export class HttpGuard<R> {
     this.#options = options;
     const codec: ResultCodec<CapturedResponse> = {
       encode: (captured) => {
-        const prepared = this.#prepared.get(captured);
-        if (prepared === undefined) throw new TypeError("only a response accepted by commit is stored");
-        return prepared;
+        const prepared = this.#prepared;
+        this.#prepared = undefined;
+        if (prepared?.captured !== captured) {
+          throw new TypeError("only a response accepted by commit is stored");
+        }
+        return prepared.bytes;
       },
       decode: (bytes) => ({ kind: "buffered", response: decodeStoredResponse(bytes) }),
     };
@@ -309,7 +317,7 @@ export class HttpGuard<R> {
     }
     const bytes = encodeStoredResponse(stored);
     if (bytes.length - stored.body.length > MAX_STORED_HEADER_BYTES) return false;
-    this.#prepared.set(captured, bytes);
+    this.#prepared = { captured, bytes };
     return true;
   }
 

@@ -95,7 +95,17 @@ export async function idempotency(
   options: FastifyIdempotencyOptions,
 ): Promise<void> {
   const guard = new HttpGuard<FastifyRequest>(options, "idempotency (fastify)");
-  const pending = new WeakMap<FastifyRequest, Pending>();
+  // Each request's state lives on the request, in a slot of this registration's own (a symbol, so
+  // two registrations never share one). Declared as a decorator so that Fastify's request
+  // constructor sets it: every request keeps one shape, and no per-request `WeakMap` entry costs an
+  // ephemeron write barrier and work in every young-generation collection.
+  const slot = Symbol("oncely.idempotency");
+  fastify.decorateRequest(slot, null);
+  const pendingOf = (request: FastifyRequest): Pending | null | undefined =>
+    (request as unknown as Record<symbol, Pending | null | undefined>)[slot];
+  const hold = (request: FastifyRequest, state: Pending | null): void => {
+    (request as unknown as Record<symbol, Pending | null>)[slot] = state;
+  };
 
   // One hook reads the header and records the body. Callback style on purpose: the parser attaches
   // its own `data` listener in the same tick, so both listeners see every chunk.
@@ -107,7 +117,7 @@ export async function idempotency(
     }
     if (admission.kind === "guard") {
       const state: Pending = { key: admission.key };
-      pending.set(request, state);
+      hold(request, state);
       const declared = request.headers["content-length"];
       if (declared !== undefined && guard.requestTooLarge(Number(declared))) {
         state.tooLarge = true;
@@ -122,8 +132,8 @@ export async function idempotency(
   // Callback style (no async function per hook per request): the claim's outcome arrives on one
   // `then`, and the handler starts in the same turn the guard calls `run`.
   fastify.addHook("preHandler", (request, reply, done) => {
-    const state = pending.get(request);
-    if (state === undefined) {
+    const state = pendingOf(request);
+    if (state === undefined || state === null) {
       done();
       return;
     }
@@ -153,7 +163,7 @@ export async function idempotency(
     decision.then((first) => {
       // Once the handler started, `onSend` captures its reply and waits for this decision.
       if (started) return;
-      pending.delete(request);
+      hold(request, null);
       switch (first.kind) {
         case "answer":
           sendStored(reply, first.response);
@@ -173,12 +183,12 @@ export async function idempotency(
   });
 
   fastify.addHook("onSend", (request, reply, payload, done) => {
-    const state = pending.get(request);
-    if (state?.settle === undefined) {
+    const state = pendingOf(request);
+    if (state === undefined || state === null || state.settle === undefined) {
       done(null, payload);
       return;
     }
-    pending.delete(request);
+    hold(request, null);
     const settle = state.settle;
     if (isStream(payload)) {
       // Sent as it is produced: the key stays claimed until the stream has gone out, then is released.
