@@ -179,6 +179,43 @@ describe("the core guard: one outcome per ending", () => {
     });
   });
 
+  it("afterComplete: called once the record is written, before the outcome resolves; a synchronous value on a synchronous backend is committed in the same turn", async () => {
+    const map = new Map<string, unknown>();
+    const { guard } = guardOf<string>({ backend: new MemoryBackend({ map, namespace: "after" }) });
+    const stateOf = () => [...map.values()].map((record) => (record as { state: string }).state);
+    const seen: string[][] = [];
+    const subject = { id: id("after") };
+    const running = guard.run(subject, () => "now", { afterComplete: () => seen.push(stateOf()) });
+    // Synchronous work and backend: the record is done, and the hook ran, before run() returned.
+    expect(seen).toEqual([["done"]]);
+    expect(await running).toMatchObject({ kind: "ran", committed: true, value: "now" });
+
+    // Asynchronous work: the hook sees the record done and runs before the outcome resolves.
+    map.clear();
+    const order: string[] = [];
+    const later = guard.run(
+      { id: id("after-async") },
+      async () => {
+        await new Promise((r) => setTimeout(r, 5));
+        return "later";
+      },
+      { afterComplete: () => order.push(`hook:${stateOf().join()}`) },
+    );
+    later.then(() => order.push("outcome"));
+    await later;
+    await Promise.resolve();
+    expect(order).toEqual(["hook:done", "outcome"]);
+
+    // A value the surface declines is released, not stored: no hook.
+    let declinedHook = 0;
+    const declined = await guard.run({ id: id("after-declined") }, () => "5xx", {
+      commit: () => false,
+      afterComplete: () => declinedHook++,
+    });
+    expect(declined).toMatchObject({ kind: "not_committed", reason: "declined" });
+    expect(declinedHook).toBe(0);
+  });
+
   it("wait: a waiter replays the holder's result once it completes, or runs once the holder released", async () => {
     const { guard } = guardOf<string>({ wait: 2_000 });
     const subject = { id: id("wait") };

@@ -40,7 +40,7 @@ import {
   type TelemetryValue,
 } from "./telemetry.js";
 import type { Backend } from "./types.js";
-import { type LockOptions, lock, mutex } from "./verbs.js";
+import { AFTER_COMPLETE, type LockOptions, lock, mutex } from "./verbs.js";
 
 /** Builds the backend on first use. Called at most once while it succeeds. */
 export type BackendFactory = () => Backend | Promise<Backend>;
@@ -122,6 +122,11 @@ export interface RunOptions<T> {
   readonly wait?: number | undefined;
   /** `false` releases the key instead of completing it (outcome `not_committed`, reason `declined`). */
   readonly commit?: ((value: T) => boolean) | undefined;
+  /**
+   * Called once the complete of a committed value has answered (done, fenced out or failed), in the
+   * same turn — before the outcome resolves. Lock mode only; not called when the key is released.
+   */
+  readonly afterComplete?: (() => void) | undefined;
 }
 
 /** How one guarded call ended. Surfaces map each kind to their own answer. */
@@ -561,11 +566,12 @@ export class Guard<S, T = unknown> {
     this.#lockBase ??= { ...this.#lockOptions };
     const options = Object.create(this.#lockBase) as {
       -readonly [K in keyof LockOptions<T>]: LockOptions<T>[K];
-    } & { [TELEMETRY_PARENT]?: TelemetrySpan };
+    } & { [TELEMETRY_PARENT]?: TelemetrySpan; [AFTER_COMPLETE]?: () => void };
     options.backend = backend;
     options.fingerprint = call.fingerprint;
     options.wait = call.wait ?? this.#config.wait;
     options.shouldCommit = call.commit;
+    if (call.afterComplete !== undefined) options[AFTER_COMPLETE] = call.afterComplete;
     if (span !== undefined) options[TELEMETRY_PARENT] = span;
     return options;
   }

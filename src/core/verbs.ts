@@ -613,7 +613,10 @@ async function lockCall<T>(
   try {
     let value: T;
     try {
-      value = await work(new ClaimContext(claim, heartbeat));
+      // A value returned synchronously is committed in the same turn (no await in between): with a
+      // synchronous backend the record is then done before anything else runs.
+      const produced = work(new ClaimContext(claim, heartbeat));
+      value = isThenable(produced) ? await produced : produced;
     } catch (error) {
       heartbeat.stop();
       await releaseQuietly(r, claim);
@@ -625,10 +628,38 @@ async function lockCall<T>(
       return { kind: "ran", value, fence: claim.fence, committed: false, reason: "declined" };
     }
     const committing = commit(r, key, claim, value, options, codec);
-    return committing instanceof Promise ? await committing : committing;
+    const outcome = committing instanceof Promise ? await committing : committing;
+    afterComplete(r, options);
+    return outcome;
   } finally {
     heartbeat.stop();
   }
+}
+
+/**
+ * Internal `lock` option (not public API): called once the complete of a committed value has
+ * answered (done, fenced out or failed), before the call's promise resolves — a surface that holds
+ * the work's output back until the record is written (the HTTP adapters) releases it from here,
+ * without waiting for the outcome to travel through the promises above it.
+ */
+export const AFTER_COMPLETE: unique symbol = Symbol("oncely.afterComplete");
+
+function afterComplete<T>(r: Resolved, options: LockOptions<T>): void {
+  const hook = (options as { [AFTER_COMPLETE]?: () => void })[AFTER_COMPLETE];
+  if (hook === undefined) return;
+  try {
+    hook();
+  } catch (error) {
+    logError(r, { error }, "the after-complete hook threw");
+  }
+}
+
+function isThenable<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
+  return (
+    value !== null &&
+    (typeof value === "object" || typeof value === "function") &&
+    typeof (value as { then?: unknown }).then === "function"
+  );
 }
 
 /**

@@ -224,12 +224,20 @@ export class HttpGuard<R> {
   /**
    * Step 2: runs `run` (which produces the handler's response and captures it without sending it)
    * under the guard, and says what to send. Never throws.
+   *
+   * `run` may return the capture itself when the handler answered within the call (a synchronous
+   * backend then writes the record in the same turn). `onStored`, when given, is called as soon as the
+   * record's write for the captured response has answered, before the decision resolves: an adapter
+   * holding the response back may send it from there (the decision is then `deliver`), which saves
+   * the hops through the promises above. It is not called for a response that is not stored (the
+   * decision says when the key is released).
    */
   async execute(
     request: HttpRequestFacts,
     key: string,
     scopeSource: R,
-    run: (context: HandlerContext) => Promise<CapturedResponse>,
+    run: (context: HandlerContext) => CapturedResponse | Promise<CapturedResponse>,
+    onStored?: () => void,
   ): Promise<HttpDecision> {
     const path = canonicalPath(request.path);
     let scope: string | undefined;
@@ -253,6 +261,7 @@ export class HttpGuard<R> {
         body: request.body,
       }),
       commit: (captured) => this.#commit(captured),
+      afterComplete: onStored,
     });
     if (outcome.kind !== "duplicate") return this.#translate(outcome);
     const stored = storedOf(outcome.result);

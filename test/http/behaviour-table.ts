@@ -11,6 +11,17 @@ import { problemType } from "../../src/http/index.js";
 import { FlakyBackend, type Reply, type Running, Script, type Surface, sleep } from "./harness.js";
 
 const key = () => `"${randomUUID()}"`;
+
+/** A store whose complete answers late: a response sent before the record is written would show. */
+class SlowCompleteBackend extends FlakyBackend {
+  completed = 0;
+  override async complete(...args: Parameters<FlakyBackend["complete"]>) {
+    await sleep(150);
+    const done = await super.complete(...args);
+    this.completed++;
+    return done;
+  }
+}
 const problem = (reply: Reply) => JSON.parse(reply.body) as { type: string; status: number; detail: string };
 
 /** The allow-listed parts a replay must repeat verbatim. */
@@ -232,6 +243,18 @@ export function behaviourTable(surface: Surface): void {
       expect(none.status).toBe(400);
       expect(problem(none).type).toBe(problemType("scope-unresolved"));
       expect(script.runs).toBe(2);
+    });
+
+    it("the record is written before the response is sent, never after (a store slow to complete)", async () => {
+      const backend = new SlowCompleteBackend();
+      const app = await start({ backend });
+      const k = key();
+      const first = await app.call({ key: k });
+      expect(first.status).toBe(201);
+      expect(backend.completed).toBe(1);
+      const again = await app.call({ key: k });
+      expect(again.headers.get("idempotent-replayed")).toBe("true");
+      expect(script.runs).toBe(1);
     });
 
     it("a duplicate in flight waits for the original, then gets its replay", async () => {

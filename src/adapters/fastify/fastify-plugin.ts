@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { RequestBody } from "../../http/fingerprint.js";
-import { BYPASS_HEADER, type CapturedResponse, type HttpDecision, HttpGuard } from "../../http/http-guard.js";
+import { BYPASS_HEADER, type CapturedResponse, HttpGuard } from "../../http/http-guard.js";
 import type { HttpIdempotencyOptions } from "../../http/options.js";
 import type { StoredResponse } from "../../http/stored-response.js";
 import { splitUrl } from "../node/request-body.js";
@@ -13,14 +13,21 @@ interface Pending {
   readonly key: string;
   body?: BodyRecorder | undefined;
   tooLarge?: boolean;
-  /** Set once the handler runs under the guard: resolves the capture, awaits the decision. */
+  /** Set once the handler runs under the guard: hands the capture to the guard. */
   settle?: ((captured: CapturedResponse) => void) | undefined;
-  decision?: Promise<HttpDecision> | undefined;
   /**
-   * `onSend`'s continuation when it ran before `execute` returned its promise: the guard may start
-   * the handler synchronously (a synchronous backend), and Fastify may reach `onSend` in that turn.
+   * `onSend`'s continuation, held until the record is written: called by `release` (once), from the
+   * guard's `stored` callback or, for a response that is not stored, when the decision arrives.
    */
-  sent?: readonly [() => void, (error: unknown) => void] | undefined;
+  held?: ((error?: unknown) => void) | undefined;
+}
+
+/** Sends the reply `onSend` held back, once. */
+function release(state: Pending, error?: unknown): void {
+  const held = state.held;
+  if (held === undefined) return;
+  state.held = undefined;
+  held(error);
 }
 
 /**
@@ -151,35 +158,49 @@ export async function idempotency(
       },
       state.key,
       request,
-      () =>
-        new Promise<CapturedResponse>((resolve) => {
+      () => {
+        started = true;
+        // Fastify may run the handler and reach `onSend` within `done()` (a handler that replies at
+        // once): the capture is then returned as it is, and a synchronous backend writes the record
+        // in this same turn.
+        let early: CapturedResponse | undefined;
+        state.settle = (captured) => {
+          early = captured;
+        };
+        done();
+        if (early !== undefined) return early;
+        return new Promise<CapturedResponse>((resolve) => {
           state.settle = resolve;
-          started = true;
-          done();
-        }),
+        });
+      },
+      () => release(state),
     );
-    state.decision = decision;
-    if (state.sent !== undefined) decision.then(...state.sent);
-    decision.then((first) => {
-      // Once the handler started, `onSend` captures its reply and waits for this decision.
-      if (started) return;
-      hold(request, null);
-      switch (first.kind) {
-        case "answer":
-          sendStored(reply, first.response);
+    decision.then(
+      (first) => {
+        // Once the handler started, `onSend` captured its reply and waits for the record.
+        if (started) {
+          release(state);
           return;
-        case "bypass":
-          reply.header(BYPASS_HEADER, first.reason);
-          done();
-          return;
-        case "throw":
-          done(first.error as Error);
-          return;
-        case "deliver":
-          done();
-          return;
-      }
-    });
+        }
+        hold(request, null);
+        switch (first.kind) {
+          case "answer":
+            sendStored(reply, first.response);
+            return;
+          case "bypass":
+            reply.header(BYPASS_HEADER, first.reason);
+            done();
+            return;
+          case "throw":
+            done(first.error as Error);
+            return;
+          case "deliver":
+            done();
+            return;
+        }
+      },
+      (error: unknown) => release(state, error),
+    );
   });
 
   fastify.addHook("onSend", (request, reply, payload, done) => {
@@ -205,6 +226,9 @@ export async function idempotency(
         : typeof payload === "string"
           ? Buffer.from(payload)
           : (payload as Buffer);
+    // The record is committed (or the key released) before the payload is written: `release`
+    // sends it. Held before the capture is handed over, which may write the record at once.
+    state.held = (error) => (error === undefined ? done(null, payload) : done(error as Error));
     if (body.length > guard.maxResponseBytes) {
       reply.header(BYPASS_HEADER, "response-too-large");
       settle({ kind: "passed_through", reason: "response-too-large", status: reply.statusCode });
@@ -219,10 +243,6 @@ export async function idempotency(
       }
       settle({ kind: "buffered", response: { status: reply.statusCode, headers, body } });
     }
-    // The record is committed (or the key released) before the payload is written.
-    const sent = [() => done(null, payload), (error: unknown) => done(error as Error)] as const;
-    if (state.decision === undefined) state.sent = sent;
-    else state.decision.then(...sent);
   });
 
   // No release on `onRequestAbort`: the handler may still be running its side effect, and a release
