@@ -190,12 +190,7 @@ export async function captureFetchResponse(
   }
   const unbuilt = unbuiltBody(response);
   if (unbuilt !== undefined && unbuilt.length <= maxBytes) {
-    const captured: CapturedResponse = {
-      kind: "buffered",
-      response: { status: response.status, headers, body: unbuilt },
-    };
-    untouched.set(captured, response);
-    return captured;
+    return new UntouchedCapture({ status: response.status, headers, body: unbuilt }, response);
   }
   if (response.body === null) {
     return { kind: "buffered", response: { status: response.status, headers, body: EMPTY } };
@@ -213,17 +208,27 @@ export async function captureFetchResponse(
   return { kind: "buffered", response: { status: response.status, headers, body: concat(chunks, total) } };
 }
 
-/** Captured responses whose handler `Response` was read without consuming it. */
-const untouched = new WeakMap<CapturedResponse, Response>();
+/**
+ * A buffered capture whose handler `Response` was read without consuming it, and that response. A
+ * class rather than a `WeakMap` from capture to response: an entry per request costs an ephemeron
+ * write barrier and work in every young-generation collection.
+ */
+class UntouchedCapture {
+  readonly kind = "buffered";
+  constructor(
+    readonly response: StoredResponse,
+    readonly original: Response,
+  ) {}
+}
 
 /** The `Response` to send for a buffered capture: the handler's own when it is unread, else a copy. */
 export function deliverable(captured: CapturedResponse & { readonly kind: "buffered" }): Response {
-  return untouched.get(captured) ?? toFetchResponse(captured.response);
+  return captured instanceof UntouchedCapture ? captured.original : toFetchResponse(captured.response);
 }
 
 /** Whether the handler's own `Response` is still unread (so the framework may send it as it is). */
 export function isUntouched(captured: CapturedResponse): boolean {
-  return untouched.has(captured);
+  return captured instanceof UntouchedCapture;
 }
 
 const utf8 = new TextEncoder();

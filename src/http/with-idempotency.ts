@@ -6,7 +6,7 @@ import {
   toFetchResponse,
   withHeader,
 } from "./fetch.js";
-import { BYPASS_HEADER, type HttpDecision, HttpGuard } from "./http-guard.js";
+import { BYPASS_HEADER, type CapturedResponse, type HttpDecision, HttpGuard } from "./http-guard.js";
 import type { HttpIdempotencyOptions } from "./options.js";
 
 /** A Fetch API handler: Bun, Deno, Workers-style runtimes, Hono's `app.fetch`, Next.js route handlers. */
@@ -47,10 +47,13 @@ export function withIdempotency(
     const { path, query } = splitFetchUrl(request.url);
     const read = await readFetchBody(request, guard.maxRequestBytes);
     const forHandler = read.request;
-    let deliverEarly: (response: Response) => void = () => {};
-    const early = new Promise<Response>((resolve) => {
+    // Settles before the decision: with the streamed response as it starts, or (`onStored`) with
+    // the delivery once the record is written, without waiting for the outcome to climb the promises.
+    let deliverEarly: (early: Response | HttpDecision) => void = () => {};
+    const early = new Promise<Response | HttpDecision>((resolve) => {
       deliverEarly = resolve;
     });
+    let captured: CapturedResponse | undefined;
     const decided = guard.execute(
       {
         method: request.method.toUpperCase(),
@@ -61,7 +64,17 @@ export function withIdempotency(
       },
       admission.key,
       request,
-      async () => captureFetchResponse(await handler(forHandler), guard.maxResponseBytes, deliverEarly),
+      async () => {
+        captured = await captureFetchResponse(
+          await handler(forHandler),
+          guard.maxResponseBytes,
+          deliverEarly,
+        );
+        return captured;
+      },
+      () => {
+        if (captured !== undefined) deliverEarly({ kind: "deliver", captured });
+      },
     );
     const first = await Promise.race([decided, early]);
     if (first instanceof Response) return first;
@@ -71,14 +84,16 @@ export function withIdempotency(
 
 async function respond(
   decision: HttpDecision,
-  early: Promise<Response>,
+  early: Promise<Response | HttpDecision>,
   run: () => Response | Promise<Response>,
 ): Promise<Response> {
   switch (decision.kind) {
     case "answer":
       return toFetchResponse(decision.response);
     case "deliver":
-      return decision.captured.kind === "buffered" ? deliverable(decision.captured) : early;
+      if (decision.captured.kind === "buffered") return deliverable(decision.captured);
+      // A response that went out as it was produced was handed over early, as it started.
+      return early as Promise<Response>;
     case "bypass":
       return withHeader(await run(), BYPASS_HEADER, decision.reason);
     case "throw":

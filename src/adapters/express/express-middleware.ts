@@ -53,8 +53,11 @@ export function idempotency<Req extends ExpressRequestLike = ExpressRequestLike>
       () => {
         capture.start();
         next();
-        return capture.result;
+        // A handler that answered within `next()` is committed in this turn (synchronous backend).
+        return capture.held ?? capture.result;
       },
+      // Sent as soon as the record is written, not after the outcome climbs the promises above.
+      () => capture.release(),
     );
     switch (decision.kind) {
       case "deliver":

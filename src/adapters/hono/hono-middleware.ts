@@ -1,7 +1,7 @@
 import type { Context, MiddlewareHandler } from "hono";
 import type { ContentfulStatusCode, StatusCode } from "hono/utils/http-status";
 import { captureFetchResponse, isUntouched, readFetchBody, toFetchResponse } from "../../http/fetch.js";
-import { BYPASS_HEADER, HttpGuard } from "../../http/http-guard.js";
+import { BYPASS_HEADER, type CapturedResponse, type HttpDecision, HttpGuard } from "../../http/http-guard.js";
 import type { HttpIdempotencyOptions } from "../../http/options.js";
 import type { StoredResponse } from "../../http/stored-response.js";
 
@@ -43,10 +43,13 @@ export function idempotency(options: HonoIdempotencyOptions): MiddlewareHandler 
     const read = await readFetchBody(c.req.raw, guard.maxRequestBytes);
     // The handler reads the rebuilt request, through `c.req` and `c.req.raw` alike.
     c.req.raw = read.request;
-    let deliverEarly: (response: Response) => void = () => {};
-    const early = new Promise<Response>((resolve) => {
+    // Settles before the decision: with the streamed response as it starts, or (`onStored`) with
+    // the delivery once the record is written, without waiting for the outcome to climb the promises.
+    let deliverEarly: (early: Response | HttpDecision) => void = () => {};
+    const early = new Promise<Response | HttpDecision>((resolve) => {
       deliverEarly = resolve;
     });
+    let captured: CapturedResponse | undefined;
     const decided = guard.execute(
       {
         method: c.req.method.toUpperCase(),
@@ -59,7 +62,11 @@ export function idempotency(options: HonoIdempotencyOptions): MiddlewareHandler 
       c,
       async () => {
         await next();
-        return captureFetchResponse(c.res, guard.maxResponseBytes, deliverEarly);
+        captured = await captureFetchResponse(c.res, guard.maxResponseBytes, deliverEarly);
+        return captured;
+      },
+      () => {
+        if (captured !== undefined) deliverEarly({ kind: "deliver", captured });
       },
     );
     const first = await Promise.race([decided, early]);

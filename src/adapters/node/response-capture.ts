@@ -26,6 +26,7 @@ export class ResponseCapture {
   /** What `start` put on the response, to tell them from a later middleware's wrappers. */
   #interceptors: Record<(typeof INTERCEPTED)[number], unknown> | undefined;
   #settle: (captured: CapturedResponse) => void = () => {};
+  #held: CapturedResponse | undefined;
   /** Resolves when the handler's response is complete: held whole, or sent through. */
   readonly result: Promise<CapturedResponse>;
 
@@ -41,6 +42,14 @@ export class ResponseCapture {
     this.result = new Promise((resolve) => {
       this.#settle = resolve;
     });
+  }
+
+  /**
+   * The response held whole, once the handler ended it (`undefined` before, or when it streamed):
+   * a handler that answered within `next()` can be committed without waiting on `result`.
+   */
+  get held(): CapturedResponse | undefined {
+    return this.#held;
   }
 
   /** Starts intercepting the response's writes. */
@@ -158,7 +167,8 @@ export class ResponseCapture {
     }
     this.#state = "held";
     this.#onEnd = onEnd;
-    this.#settle({ kind: "buffered", response: this.#snapshot() });
+    this.#held = { kind: "buffered", response: this.#snapshot() };
+    this.#settle(this.#held);
     return this.#res;
   }
 
