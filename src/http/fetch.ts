@@ -183,12 +183,15 @@ export async function captureFetchResponse(
   maxBytes: number,
   deliver: (response: Response) => void,
 ): Promise<CapturedResponse> {
-  const headers = [...response.headers];
-  const type = response.headers.get("content-type");
+  const cache = unbuiltCache(response);
+  // Read from the cache when it holds plain headers: `response.headers` would turn them into a
+  // `Headers` for good, and the runtime would then send the response on its slower path.
+  const headers = (cache === undefined ? undefined : cachedHeaders(cache)) ?? [...response.headers];
+  const type = headers.find(([name]) => name === "content-type")?.[1];
   if (type?.toLowerCase().startsWith("text/event-stream") === true) {
     return passThrough(response, [], response.body?.getReader(), "streamed", deliver);
   }
-  const unbuilt = unbuiltBody(response);
+  const unbuilt = cache === undefined ? undefined : cachedBody(cache);
   if (unbuilt !== undefined && unbuilt.length <= maxBytes) {
     return new UntouchedCapture({ status: response.status, headers, body: unbuilt }, response);
   }
@@ -233,24 +236,59 @@ export function isUntouched(captured: CapturedResponse): boolean {
 
 const utf8 = new TextEncoder();
 
+/** `@hono/node-server`'s default type for a body given without one. */
+const DEFAULT_CONTENT_TYPE = "text/plain; charset=UTF-8";
+
+type UnbuiltCache = readonly [status: number, body: unknown, headers: unknown];
+
 /**
- * The body bytes of a lightweight `Response` that holds its body unbuilt: `@hono/node-server`'s keeps
+ * The cache of a lightweight `Response` that holds its body unbuilt: `@hono/node-server`'s keeps
  * `[status, body, headers]` under an own symbol described `cache` until `body` or a reader is used,
  * and building the real `Response` then costs more than the whole guard. `undefined` for any other
- * response (read it through `body`), so a change in that library only costs speed.
+ * response (read it through `body` and `headers`), so a change in that library only costs speed.
  */
-function unbuiltBody(response: Response): Uint8Array | undefined {
+function unbuiltCache(response: Response): UnbuiltCache | undefined {
   for (const symbol of Object.getOwnPropertySymbols(response)) {
     if (symbol.description !== "cache") continue;
     const cache: unknown = (response as unknown as Record<symbol, unknown>)[symbol];
     if (!Array.isArray(cache) || cache.length !== 3 || cache[0] !== response.status) return undefined;
-    const body: unknown = cache[1];
-    if (body === null) return EMPTY;
-    if (typeof body === "string") return utf8.encode(body);
-    if (body instanceof Uint8Array) return body;
-    return undefined;
+    return cache as unknown as UnbuiltCache;
   }
   return undefined;
+}
+
+/** The cached body's bytes, when it is text or bytes (`undefined` for a stream or a blob). */
+function cachedBody(cache: UnbuiltCache): Uint8Array | undefined {
+  const body = cache[1];
+  if (body === null) return EMPTY;
+  if (typeof body === "string") return utf8.encode(body);
+  if (body instanceof Uint8Array) return body;
+  return undefined;
+}
+
+/**
+ * The cached headers as the `Headers` that `response.headers` would build would list them (names in
+ * lower case), when they are absent, a `Headers` or a plain record of distinct names with string
+ * values already trimmed; `undefined` (read `response.headers`) for anything else.
+ */
+function cachedHeaders(cache: UnbuiltCache): Array<readonly [string, string]> | undefined {
+  const init = cache[2];
+  if (init === undefined || init === null) {
+    return cache[1] === null ? [] : [["content-type", DEFAULT_CONTENT_TYPE]];
+  }
+  if (init instanceof Headers) return [...init];
+  if (typeof init !== "object" || Array.isArray(init)) return undefined;
+  const headers: Array<readonly [string, string]> = [];
+  for (const name in init) {
+    if (!Object.hasOwn(init, name)) return undefined;
+    const value: unknown = (init as Record<string, unknown>)[name];
+    if (typeof value !== "string" || value !== value.trim()) return undefined;
+    const lower = name.toLowerCase();
+    if (headers.some(([seen]) => seen === lower)) return undefined;
+    headers.push([lower, value]);
+  }
+  if (headers.length === 0 && cache[1] !== null) return undefined;
+  return headers;
 }
 
 function passThrough(
