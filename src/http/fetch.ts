@@ -169,6 +169,32 @@ export function splitFetchUrl(url: string): { readonly path: string; readonly qu
 const NONE: RequestBody = { kind: "none" };
 
 /**
+ * Captures a handler's result, which may be a promise, with `captureFetchResponse`, then hands the
+ * capture to `keep`: a response the handler returned (or resolved) that is captured without a
+ * promise adds no turn of its own.
+ */
+export function captureResult(
+  produced: Response | PromiseLike<Response>,
+  maxBytes: number,
+  deliver: (response: Response) => void,
+  keep: (captured: CapturedResponse) => void,
+): CapturedResponse | Promise<CapturedResponse> {
+  const take = (response: Response): CapturedResponse | Promise<CapturedResponse> => {
+    const captured = captureFetchResponse(response, maxBytes, deliver);
+    if (!(captured instanceof Promise)) {
+      keep(captured);
+      return captured;
+    }
+    return captured.then((value) => {
+      keep(value);
+      return value;
+    });
+  };
+  if (typeof (produced as { then?: unknown }).then !== "function") return take(produced as Response);
+  return Promise.resolve(produced).then(take);
+}
+
+/**
  * Reads a handler's response into memory, up to `maxBytes` of body. A larger body, or an event
  * stream, is handed to `deliver` at once as a pass-through `Response` marked with `BYPASS_HEADER`;
  * the returned promise then resolves only when that body has been fully sent (or cancelled), so the
@@ -178,11 +204,11 @@ const NONE: RequestBody = { kind: "none" };
  * `Response`) is read without building it, and stays deliverable as it is: `deliverable` then
  * returns the handler's own response, so the runtime's fast path sends it.
  */
-export async function captureFetchResponse(
+export function captureFetchResponse(
   response: Response,
   maxBytes: number,
   deliver: (response: Response) => void,
-): Promise<CapturedResponse> {
+): CapturedResponse | Promise<CapturedResponse> {
   const cache = unbuiltCache(response);
   // Read from the cache when it holds plain headers: `response.headers` would turn them into a
   // `Headers` for good, and the runtime would then send the response on its slower path.
@@ -198,7 +224,20 @@ export async function captureFetchResponse(
   if (response.body === null) {
     return { kind: "buffered", response: { status: response.status, headers, body: EMPTY } };
   }
-  const reader = response.body.getReader();
+  return readWhole(response, response.body.getReader(), headers, maxBytes, deliver);
+}
+
+/**
+ * `captureFetchResponse` as a function of its own: the lightweight response above is captured
+ * without a promise (synchronously), and only a response read through its stream awaits.
+ */
+async function readWhole(
+  response: Response,
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+  headers: Array<readonly [string, string]>,
+  maxBytes: number,
+  deliver: (response: Response) => void,
+): Promise<CapturedResponse> {
   const chunks: Uint8Array[] = [];
   let total = 0;
   for (;;) {

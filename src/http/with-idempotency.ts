@@ -1,5 +1,5 @@
 import {
-  captureFetchResponse,
+  captureResult,
   deliverable,
   readFetchBody,
   splitFetchUrl,
@@ -64,14 +64,10 @@ export function withIdempotency(
       },
       admission.key,
       request,
-      async () => {
-        captured = await captureFetchResponse(
-          await handler(forHandler),
-          guard.maxResponseBytes,
-          deliverEarly,
-        );
-        return captured;
-      },
+      () =>
+        captureResult(handler(forHandler), guard.maxResponseBytes, deliverEarly, (value) => {
+          captured = value;
+        }),
       () => {
         if (captured !== undefined) deliverEarly({ kind: "deliver", captured });
       },

@@ -1,6 +1,6 @@
 import type { Context, MiddlewareHandler } from "hono";
 import type { ContentfulStatusCode, StatusCode } from "hono/utils/http-status";
-import { captureFetchResponse, isUntouched, readFetchBody, toFetchResponse } from "../../http/fetch.js";
+import { captureResult, isUntouched, readFetchBody, toFetchResponse } from "../../http/fetch.js";
 import { BYPASS_HEADER, type CapturedResponse, type HttpDecision, HttpGuard } from "../../http/http-guard.js";
 import type { HttpIdempotencyOptions } from "../../http/options.js";
 import type { StoredResponse } from "../../http/stored-response.js";
@@ -60,11 +60,12 @@ export function idempotency(options: HonoIdempotencyOptions): MiddlewareHandler 
       },
       admission.key,
       c,
-      async () => {
-        await next();
-        captured = await captureFetchResponse(c.res, guard.maxResponseBytes, deliverEarly);
-        return captured;
-      },
+      () =>
+        next().then(() =>
+          captureResult(c.res, guard.maxResponseBytes, deliverEarly, (value) => {
+            captured = value;
+          }),
+        ),
       () => {
         if (captured !== undefined) deliverEarly({ kind: "deliver", captured });
       },
