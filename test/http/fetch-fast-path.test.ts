@@ -102,6 +102,34 @@ describe("a lightweight Response (@hono/node-server)", () => {
     expect(await response.text()).toBe(text); // still unread
   });
 
+  it("has its plain cached headers read in place (names in lower case), never turned into a Headers", async () => {
+    getRequestListener(() => new Response(null));
+    const init = { "Content-Type": "application/json", "X-Order": "7" };
+    const response = new Response(text, { status: 201, headers: init });
+    const captured = await captureFetchResponse(response, 1024, () => {});
+    expect(captured.kind === "buffered" && captured.response.headers).toEqual([
+      ["content-type", "application/json"],
+      ["x-order", "7"],
+    ]);
+    // The runtime still holds the plain record, so it sends the response on its fast path.
+    const cache = Object.getOwnPropertySymbols(response)
+      .map((symbol) => (response as unknown as Record<symbol, unknown>)[symbol])
+      .find(Array.isArray) as unknown[];
+    expect(cache[2]).toBe(init);
+    // Names that collide in lower case are read through `headers`, which joins them as a Response would.
+    const clash = await captureFetchResponse(
+      new Response(text, { headers: { "x-a": "1", "X-A": "2" } }),
+      1024,
+      () => {},
+    );
+    expect(clash.kind === "buffered" && clash.response.headers).toContainEqual(["x-a", "1, 2"]);
+    // No headers given: the type the runtime sends for a text body.
+    const bare = await captureFetchResponse(new Response(text), 1024, () => {});
+    expect(bare.kind === "buffered" && bare.response.headers).toEqual([
+      ["content-type", "text/plain; charset=UTF-8"],
+    ]);
+  });
+
   it("over its limit is read through its body and passed through", async () => {
     getRequestListener(() => new Response(null));
     let deliver: (response: Response) => void = () => {};
