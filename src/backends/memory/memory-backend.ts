@@ -224,6 +224,8 @@ export class MemoryBackend implements Backend {
   }
 
   #notify(id: string): void {
+    // Nobody waits on most writes: no lookup then (every claim and complete writes).
+    if (this.#waiters.size === 0) return;
     const waiters = this.#waiters.get(id);
     if (waiters !== undefined) for (const wake of [...waiters]) wake();
   }
