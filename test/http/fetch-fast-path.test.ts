@@ -145,6 +145,40 @@ describe("a lightweight Response (@hono/node-server)", () => {
   });
 });
 
+describe("a handler that returns or throws synchronously", () => {
+  const call = (handler: (request: Request) => Response | Promise<Response>) =>
+    handler(post(text, { "idempotency-key": "sync-1" }));
+
+  it("a synchronous Response is stored and replayed; a synchronous throw rejects and releases the key", async () => {
+    let runs = 0;
+    const answering = withIdempotency(
+      () => {
+        runs++;
+        return new Response(`run ${runs}`, { status: 201 });
+      },
+      { backend: new MemoryBackend(), logger: quiet },
+    );
+    expect(await (await call(answering)).text()).toBe("run 1");
+    const replay = await call(answering);
+    expect(replay.headers.get("idempotent-replayed")).toBe("true");
+    expect(await replay.text()).toBe("run 1");
+    expect(runs).toBe(1);
+
+    let attempts = 0;
+    const throwing = withIdempotency(
+      () => {
+        attempts++;
+        if (attempts === 1) throw new Error("boom");
+        return new Response("second attempt", { status: 201 });
+      },
+      { backend: new MemoryBackend(), logger: quiet },
+    );
+    await expect(call(throwing)).rejects.toThrow("boom");
+    expect(await (await call(throwing)).text()).toBe("second attempt");
+    expect(attempts).toBe(2);
+  });
+});
+
 describe("the fast paths end to end on @hono/node-server", () => {
   const servers: Array<{ close(): void }> = [];
   afterEach(() => {
