@@ -4,7 +4,7 @@
  * into a `Response`.
  */
 import type { RequestBody } from "./fingerprint.js";
-import { BYPASS_HEADER, type BypassReason, type CapturedResponse } from "./http-guard.js";
+import { BYPASS_HEADER, type BypassReason, type CapturedResponse, type HttpDecision } from "./http-guard.js";
 import type { StoredResponse } from "./stored-response.js";
 
 const EMPTY = new Uint8Array(0);
@@ -169,29 +169,62 @@ export function splitFetchUrl(url: string): { readonly path: string; readonly qu
 const NONE: RequestBody = { kind: "none" };
 
 /**
- * Captures a handler's result, which may be a promise, with `captureFetchResponse`, then hands the
- * capture to `keep`: a response the handler returned (or resolved) that is captured without a
- * promise adds no turn of its own.
+ * What a Fetch-surface request may send before its decision arrives, shared by `withIdempotency`
+ * and the Hono adapter: a streamed (or oversized) response as it starts, or — `stored`, passed to
+ * `HttpGuard.execute` as `onStored` — the delivery of the captured response once its record is
+ * written, without waiting for the outcome to climb the promises above.
  */
-export function captureResult(
-  produced: Response | PromiseLike<Response>,
-  maxBytes: number,
-  deliver: (response: Response) => void,
-  keep: (captured: CapturedResponse) => void,
-): CapturedResponse | Promise<CapturedResponse> {
-  const take = (response: Response): CapturedResponse | Promise<CapturedResponse> => {
-    const captured = captureFetchResponse(response, maxBytes, deliver);
-    if (!(captured instanceof Promise)) {
-      keep(captured);
-      return captured;
-    }
-    return captured.then((value) => {
-      keep(value);
-      return value;
+export class EarlyDelivery {
+  readonly #promise: Promise<Response | HttpDecision>;
+  #settle: (early: Response | HttpDecision) => void = () => {};
+  #captured: CapturedResponse | undefined;
+
+  constructor() {
+    this.#promise = new Promise((resolve) => {
+      this.#settle = resolve;
     });
+  }
+
+  /** The response a streamed capture hands over as it starts (`early` resolves with it). */
+  readonly #deliver = (response: Response): void => this.#settle(response);
+
+  /** `onStored`: the captured response is delivered now (the decision would say the same). */
+  readonly stored = (): void => {
+    if (this.#captured !== undefined) this.#settle({ kind: "deliver", captured: this.#captured });
   };
-  if (typeof (produced as { then?: unknown }).then !== "function") return take(produced as Response);
-  return Promise.resolve(produced).then(take);
+
+  /**
+   * Captures the handler's result (a `Response` or a promise of one) with `captureFetchResponse`:
+   * a response captured without reading its stream adds no promise turn of its own.
+   */
+  capture(
+    produced: Response | PromiseLike<Response>,
+    maxBytes: number,
+  ): CapturedResponse | Promise<CapturedResponse> {
+    const take = (response: Response): CapturedResponse | Promise<CapturedResponse> => {
+      const captured = captureFetchResponse(response, maxBytes, this.#deliver);
+      if (!(captured instanceof Promise)) {
+        this.#captured = captured;
+        return captured;
+      }
+      return captured.then((value) => {
+        this.#captured = value;
+        return value;
+      });
+    };
+    if (typeof (produced as { then?: unknown }).then !== "function") return take(produced as Response);
+    return Promise.resolve(produced).then(take);
+  }
+
+  /** The decision, or what was delivered early, whichever comes first. */
+  first(decided: Promise<HttpDecision>): Promise<Response | HttpDecision> {
+    return Promise.race([decided, this.#promise]);
+  }
+
+  /** What was delivered early (a streamed response has been, whenever the decision says so). */
+  get early(): Promise<Response | HttpDecision> {
+    return this.#promise;
+  }
 }
 
 /**

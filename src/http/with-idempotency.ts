@@ -1,12 +1,12 @@
 import {
-  captureResult,
   deliverable,
+  EarlyDelivery,
   readFetchBody,
   splitFetchUrl,
   toFetchResponse,
   withHeader,
 } from "./fetch.js";
-import { BYPASS_HEADER, type CapturedResponse, type HttpDecision, HttpGuard } from "./http-guard.js";
+import { BYPASS_HEADER, type HttpDecision, HttpGuard } from "./http-guard.js";
 import type { HttpIdempotencyOptions } from "./options.js";
 
 /** A Fetch API handler: Bun, Deno, Workers-style runtimes, Hono's `app.fetch`, Next.js route handlers. */
@@ -47,13 +47,7 @@ export function withIdempotency(
     const { path, query } = splitFetchUrl(request.url);
     const read = await readFetchBody(request, guard.maxRequestBytes);
     const forHandler = read.request;
-    // Settles before the decision: with the streamed response as it starts, or (`onStored`) with
-    // the delivery once the record is written, without waiting for the outcome to climb the promises.
-    let deliverEarly: (early: Response | HttpDecision) => void = () => {};
-    const early = new Promise<Response | HttpDecision>((resolve) => {
-      deliverEarly = resolve;
-    });
-    let captured: CapturedResponse | undefined;
+    const early = new EarlyDelivery();
     const decided = guard.execute(
       {
         method: request.method.toUpperCase(),
@@ -64,17 +58,12 @@ export function withIdempotency(
       },
       admission.key,
       request,
-      () =>
-        captureResult(handler(forHandler), guard.maxResponseBytes, deliverEarly, (value) => {
-          captured = value;
-        }),
-      () => {
-        if (captured !== undefined) deliverEarly({ kind: "deliver", captured });
-      },
+      () => early.capture(handler(forHandler), guard.maxResponseBytes),
+      early.stored,
     );
-    const first = await Promise.race([decided, early]);
+    const first = await early.first(decided);
     if (first instanceof Response) return first;
-    return respond(first, early, () => handler(forHandler));
+    return respond(first, early.early, () => handler(forHandler));
   };
 }
 

@@ -17,7 +17,7 @@ interface Pending {
   settle?: ((captured: CapturedResponse) => void) | undefined;
   /**
    * `onSend`'s continuation, held until the record is written: called by `release` (once), from the
-   * guard's `stored` callback or, for a response that is not stored, when the decision arrives.
+   * guard's `onStored` callback or, for a response that is not stored, when the decision arrives.
    */
   held?: ((error?: unknown) => void) | undefined;
 }

@@ -1,7 +1,7 @@
 import type { Context, MiddlewareHandler } from "hono";
 import type { ContentfulStatusCode, StatusCode } from "hono/utils/http-status";
-import { captureResult, isUntouched, readFetchBody, toFetchResponse } from "../../http/fetch.js";
-import { BYPASS_HEADER, type CapturedResponse, type HttpDecision, HttpGuard } from "../../http/http-guard.js";
+import { EarlyDelivery, isUntouched, readFetchBody, toFetchResponse } from "../../http/fetch.js";
+import { BYPASS_HEADER, HttpGuard } from "../../http/http-guard.js";
 import type { HttpIdempotencyOptions } from "../../http/options.js";
 import type { StoredResponse } from "../../http/stored-response.js";
 
@@ -43,13 +43,7 @@ export function idempotency(options: HonoIdempotencyOptions): MiddlewareHandler 
     const read = await readFetchBody(c.req.raw, guard.maxRequestBytes);
     // The handler reads the rebuilt request, through `c.req` and `c.req.raw` alike.
     c.req.raw = read.request;
-    // Settles before the decision: with the streamed response as it starts, or (`onStored`) with
-    // the delivery once the record is written, without waiting for the outcome to climb the promises.
-    let deliverEarly: (early: Response | HttpDecision) => void = () => {};
-    const early = new Promise<Response | HttpDecision>((resolve) => {
-      deliverEarly = resolve;
-    });
-    let captured: CapturedResponse | undefined;
+    const early = new EarlyDelivery();
     const decided = guard.execute(
       {
         method: c.req.method.toUpperCase(),
@@ -60,17 +54,10 @@ export function idempotency(options: HonoIdempotencyOptions): MiddlewareHandler 
       },
       admission.key,
       c,
-      () =>
-        next().then(() =>
-          captureResult(c.res, guard.maxResponseBytes, deliverEarly, (value) => {
-            captured = value;
-          }),
-        ),
-      () => {
-        if (captured !== undefined) deliverEarly({ kind: "deliver", captured });
-      },
+      () => next().then(() => early.capture(c.res, guard.maxResponseBytes)),
+      early.stored,
     );
-    const first = await Promise.race([decided, early]);
+    const first = await early.first(decided);
     if (first instanceof Response) {
       c.res = first;
       return;
