@@ -6,7 +6,9 @@
 // shows medians. Options: --seconds N (per measurement, default 4), --rounds N (default 2),
 // --connections N (default 10), --only express,fastify,hono,fetch, --promoted (adds the bytes per
 // request that survive young-generation collections, from V8's sampling heap profiler in the server:
-// see promoted.mjs; the profiler costs some throughput, so compare ratios within such a run only).
+// see promoted.mjs; the profiler costs some throughput, so compare ratios within such a run only),
+// --stored N (before the warm-up, N requests with new keys go through the app, so every variant that
+// stores keys measures with N records already held: a store's cost that grows with its size shows).
 import { execFileSync, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -24,6 +26,8 @@ const rounds = Number(option("rounds", "2"));
 const connections = Number(option("connections", "10"));
 const frameworks = option("only", "express,fastify,hono,fetch").split(",");
 const promoted = args.includes("--promoted");
+const stored = Number(option("stored", "0"));
+if (!Number.isSafeInteger(stored) || stored < 0) throw new Error("--stored takes a whole number of requests");
 const here = (file) => fileURLToPath(new URL(file, import.meta.url));
 const promotedOut = join(tmpdir(), `oncely-bench-promoted-${process.pid}.json`);
 
@@ -41,10 +45,10 @@ function startServer(framework, variant) {
   });
 }
 
-function load(url, mode, duration) {
+function load(url, mode, duration, amount = 0) {
   const child = spawn(
     process.execPath,
-    [here("./load.mjs"), url, mode, String(duration), String(connections)],
+    [here("./load.mjs"), url, mode, String(duration), String(connections), String(amount)],
     {
       stdio: ["ignore", "pipe", "inherit"],
     },
@@ -81,6 +85,7 @@ function cpuSeconds(pid) {
 async function measure(framework, variant, mode) {
   const server = await startServer(framework, variant);
   try {
+    if (stored > 0) await load(server.url, "new", 0, stored); // the records held before measuring
     await load(server.url, mode, 1); // warm-up, discarded
     if (promoted) {
       server.child.kill("SIGUSR2");
@@ -111,6 +116,10 @@ for (const framework of frameworks) {
   if (framework === "express" || framework === "fastify") {
     plan.push([framework, "floor", "new"]);
     plan.push([framework, "floor", "replay"]);
+  }
+  if (framework === "fastify") {
+    plan.push([framework, "spec-floor", "new"]);
+    plan.push([framework, "spec-floor", "replay"]);
   }
   if (framework === "express") {
     plan.push([framework, "express-idempotency", "new"]);
@@ -169,6 +178,10 @@ for (const framework of frameworks) {
     row("floor (minimal inline guard), new keys", `${framework}|floor|new`);
     row("floor (minimal inline guard), replays", `${framework}|floor|replay`);
   }
+  if (framework === "fastify") {
+    row("spec floor (inline, all SPEC §6 asks), new keys", `${framework}|spec-floor|new`, 0.75);
+    row("spec floor (inline, all SPEC §6 asks), replays", `${framework}|spec-floor|replay`, 0.9);
+  }
   if (framework === "express") {
     row("express-idempotency 1.0.6, new keys", "express|express-idempotency|new");
     row("express-idempotency 1.0.6, replays", "express|express-idempotency|replay");
@@ -207,5 +220,5 @@ console.log(line(header));
 console.log(`|${widths.map((width) => "-".repeat(width + 2)).join("|")}|`);
 for (const row of rows) console.log(line(row));
 console.log(
-  `\n${seconds} s per measurement after a 1 s warm-up, ${connections} connections, median of ${rounds} round(s); node ${process.version}, memory backend. "CPU × bare" is the bare app's server CPU per request divided by this row's (the throughput ratio a CPU-bound server would see).`,
+  `\n${seconds} s per measurement after a 1 s warm-up, ${connections} connections, median of ${rounds} round(s)${stored > 0 ? `, ${stored.toLocaleString("en-US")} requests with new keys sent first (records held while measuring)` : ""}; node ${process.version}, memory backend. "CPU × bare" is the bare app's server CPU per request divided by this row's (the throughput ratio a CPU-bound server would see).`,
 );

@@ -1,10 +1,11 @@
 // The load generator for bench/http, in its own process: `node load.mjs <url> <new|replay> <seconds>
-// <connections>`. Every request is the same small JSON POST; `new` sends a fresh Idempotency-Key each
+// <connections> [amount]` (an amount above 0 sends that many requests instead of running for
+// <seconds>). Every request is the same small JSON POST; `new` sends a fresh Idempotency-Key each
 // time, `replay` one key (primed by a first request). Prints autocannon's figures as one JSON line.
 import { randomUUID } from "node:crypto";
 import autocannon from "autocannon";
 
-const [url, mode, seconds, connections] = process.argv.slice(2);
+const [url, mode, seconds, connections, amount = "0"] = process.argv.slice(2);
 const body = JSON.stringify({ item: "book", qty: 1 });
 const replayKey = randomUUID();
 const base = { "content-type": "application/json" };
@@ -18,7 +19,7 @@ const result = await autocannon({
   method: "POST",
   body,
   headers: base,
-  duration: Number(seconds),
+  ...(Number(amount) > 0 ? { amount: Number(amount) } : { duration: Number(seconds) }),
   connections: Number(connections),
   requests: [
     {

@@ -1,8 +1,8 @@
 // One app under load for bench/http: `node server.mjs <framework> <variant>`, framework one of
 // express | fastify | hono | fetch, variant bare | oncely | express-idempotency (Express only) |
-// floor (Express and Fastify). The same trivial POST handler in every variant; prints
+// floor (Express and Fastify) | spec-floor (Fastify). The same trivial POST handler in every variant; prints
 // {"listening": port} once it serves.
-import { createHash } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { createServer } from "node:http";
 
 const [framework, variant] = process.argv.slice(2);
@@ -22,6 +22,65 @@ async function oncelyOptions() {
 // problem responses or events: what any middleware with replay pays on this app, as a baseline.
 const floorRecords = new Map();
 const floorFingerprint = (body) => createHash("sha256").update(JSON.stringify(body)).digest("base64url");
+
+// The spec floor (Fastify): the floor plus what SPEC §6 asks of every request, still inline and with
+// none of oncely's layers — the key header parsed and checked (quoted or bare, 1–255 bytes), the
+// stored key a SHA-256 of the length-prefixed (key, scope, method, path), the fingerprint a SHA-256
+// of method, path, sorted query and canonical JSON (keys sorted at every depth), a record with a
+// fence, a token, a lease and a ttl, a fenced complete, 2xx only, a response size limit, the header
+// allow-list, and `Idempotent-Replayed` on replays. No events, logger, waiting, heartbeat or
+// backend interface: what any conforming middleware has to pay, as the limit the targets meet.
+const specRecords = new Map();
+let specFence = 0;
+const SPEC_LEASE_MS = 30_000;
+const SPEC_TTL_MS = 86_400_000;
+const SPEC_NEVER = new Set([
+  "set-cookie",
+  "authorization",
+  "www-authenticate",
+  "vary",
+  "connection",
+  "keep-alive",
+  "transfer-encoding",
+  "content-length",
+  "date",
+  "upgrade",
+  "te",
+  "trailer",
+]);
+// Framing `length:part` per part (netstring-like, unambiguous) in one string, hashed in one call.
+const framed = (parts) => {
+  let text = "";
+  for (const part of parts) text += `${part.length}:${part}`;
+  return createHash("sha256").update(text).digest("base64url");
+};
+const sortedJson = (value) => {
+  if (value === null || typeof value !== "object") return JSON.stringify(value);
+  if (Array.isArray(value)) {
+    let text = "[";
+    for (let i = 0; i < value.length; i++) text += (i === 0 ? "" : ",") + sortedJson(value[i]);
+    return `${text}]`;
+  }
+  const names = Object.keys(value).sort();
+  let text = "{";
+  for (let i = 0; i < names.length; i++) {
+    text += `${i === 0 ? "" : ","}${JSON.stringify(names[i])}:${sortedJson(value[names[i]])}`;
+  }
+  return `${text}}`;
+};
+const sortedQuery = (query) => {
+  if (query.length === 0) return "";
+  const params = new URLSearchParams(query);
+  params.sort();
+  return params.toString();
+};
+const specKey = (header) => {
+  if (typeof header !== "string") return undefined;
+  const key =
+    header.length > 1 && header.startsWith('"') && header.endsWith('"') ? header.slice(1, -1) : header;
+  const size = Buffer.byteLength(key);
+  return size >= 1 && size <= 255 && /^[\x21-\x7e]+$/.test(key) ? key : null;
+};
 
 function listen(server) {
   server.listen(0, "127.0.0.1", () => say({ listening: server.address().port }));
@@ -105,6 +164,68 @@ if (framework === "express") {
           type,
           body: payload,
         });
+      }
+      done(null, payload);
+    });
+  }
+  if (variant === "spec-floor") {
+    app.addHook("preHandler", (request, reply, done) => {
+      const key = specKey(request.headers["idempotency-key"]);
+      if (key === undefined) return done();
+      if (key === null) return reply.code(400).type("application/problem+json").send('{"status":400}');
+      const mark = request.url.indexOf("?");
+      const path = mark === -1 ? request.url : request.url.slice(0, mark);
+      const query = mark === -1 ? "" : request.url.slice(mark + 1);
+      const method = request.method;
+      const id = `http:${framed(["key/v1", key, "-", method, path])}`;
+      const fingerprint = `v1:${framed(["v1", method, path, sortedQuery(query), "json", sortedJson(request.body)])}`;
+      const now = Date.now();
+      const seen = specRecords.get(id);
+      if (seen !== undefined && now < seen.expiresAt) {
+        if (seen.fingerprint !== fingerprint)
+          return reply.code(422).type("application/problem+json").send('{"status":422}');
+        if (seen.state === "done") {
+          reply.code(seen.status);
+          for (const [name, value] of seen.headers) reply.header(name, value);
+          reply.header("idempotent-replayed", "true");
+          return reply.send(seen.body);
+        }
+        if (now < seen.leaseUntil) return reply.code(409).header("retry-after", "1").send();
+      }
+      const claim = { id, fence: ++specFence, token: randomUUID() };
+      specRecords.set(id, {
+        state: "claimed",
+        fence: claim.fence,
+        token: claim.token,
+        fingerprint,
+        leaseUntil: now + SPEC_LEASE_MS,
+        expiresAt: now + SPEC_LEASE_MS,
+        status: 0,
+        headers: undefined,
+        body: undefined,
+      });
+      request.specClaim = claim;
+      done();
+    });
+    app.addHook("onSend", (request, reply, payload, done) => {
+      const claim = request.specClaim;
+      if (claim === undefined) return done(null, payload);
+      const record = specRecords.get(claim.id);
+      const held =
+        record?.fence === claim.fence && record.token === claim.token && record.state === "claimed";
+      const body = typeof payload === "string" ? Buffer.from(payload) : payload;
+      const status = reply.statusCode;
+      if (held && status >= 200 && status < 300 && Buffer.isBuffer(body) && body.length <= 1_048_576) {
+        const headers = [];
+        const all = reply.getHeaders();
+        for (const name in all) if (!SPEC_NEVER.has(name)) headers.push([name, String(all[name])]);
+        record.state = "done";
+        record.status = status;
+        record.headers = headers;
+        record.body = body;
+        record.expiresAt = Date.now() + SPEC_TTL_MS;
+      } else if (held) {
+        specRecords.delete(claim.id);
       }
       done(null, payload);
     });
