@@ -9,8 +9,9 @@
  *   order), re-encoded;
  * - anything else, and any body that fails to parse: its raw bytes.
  * The body may come as raw bytes or as a value a framework already parsed (Express after
- * `express.json()`); both give the same fingerprint. Nothing here throws.
+ * `express.json()`, a JSON body on Fastify); both give the same fingerprint. Nothing here throws.
  */
+import { inspect } from "node:util";
 import { canonicalJson } from "../core/canonical-json.js";
 
 export { canonicalJson };
@@ -118,7 +119,32 @@ function canonicalParsed(
     }
     return { kind: "json", part: canonicalJson(value) };
   } catch {
-    return { kind: "raw", part: String(value) };
+    // Not JSON (a parser's BigInt, a cycle, nesting past the limit): a description that tells
+    // values apart, never one text for every object.
+    return { kind: "raw", part: describe(value) };
+  }
+}
+
+/**
+ * A parsed value JSON cannot write, as text: `util.inspect` with sorted keys and nothing cut short,
+ * so two different values never share one description (`String(value)` gives every object
+ * `[object Object]`, which would make every such body look like the first).
+ */
+function describe(value: unknown): string {
+  if (typeof value !== "object" || value === null) return String(value);
+  try {
+    return inspect(value, {
+      sorted: true,
+      depth: Number.POSITIVE_INFINITY,
+      maxArrayLength: Number.POSITIVE_INFINITY,
+      maxStringLength: Number.POSITIVE_INFINITY,
+      breakLength: Number.POSITIVE_INFINITY,
+      compact: true,
+      customInspect: false,
+      getters: false,
+    });
+  } catch {
+    return String(value);
   }
 }
 

@@ -13,6 +13,8 @@ interface Pending {
   readonly key: string;
   body?: BodyRecorder | undefined;
   tooLarge?: boolean;
+  /** A JSON body of declared length: fingerprinted from what Fastify's parser made of it. */
+  parsed?: boolean;
   /** Set once the handler runs under the guard: hands the capture to the guard. */
   settle?: ((captured: CapturedResponse) => void) | undefined;
   /**
@@ -67,6 +69,21 @@ class BodyRecorder {
   }
 }
 
+const NONE: RequestBody = { kind: "none" };
+
+/** `application/json` and `…+json`, as the fingerprint's content-type rule reads them. */
+function isJsonType(contentType: string | undefined): boolean {
+  if (contentType === undefined) return false;
+  const semicolon = contentType.indexOf(";");
+  const type = (semicolon === -1 ? contentType : contentType.slice(0, semicolon)).trim().toLowerCase();
+  return type === "application/json" || type.endsWith("+json");
+}
+
+/** What the parser produced, as the fingerprint's input (no body when it produced nothing). */
+function parsedBody(value: unknown): RequestBody {
+  return value === undefined || value === null ? NONE : { kind: "parsed", value };
+}
+
 function isStream(payload: unknown): boolean {
   return (
     typeof payload === "object" &&
@@ -92,9 +109,11 @@ function sendStored(reply: FastifyReply, response: StoredResponse): FastifyReply
  *
  * Encapsulation-aware: it guards the routes of the context it is registered in (and that context's
  * children), not its siblings — register it inside a plugin to guard only that plugin's routes.
- * The body is fingerprinted from the raw bytes Fastify's parser reads; the claim is made in
- * `preHandler` (after your `onRequest`/`preValidation` authentication, so `scope` can read
- * `request.user`); the handler's serialized response is stored in `onSend`, before it is written.
+ * A JSON body of declared length is fingerprinted from what Fastify's parser made of it (keys
+ * sorted, as behind `express.json()`), any other body from the raw bytes the parser reads. The
+ * claim is made in `preHandler` (after your `onRequest`/`preValidation` authentication, so `scope`
+ * can read `request.user`); the handler's serialized response is stored in `onSend`, before it is
+ * written.
  * Behaviour and options as `withIdempotency` (`oncely/http`).
  */
 export async function idempotency(
@@ -128,6 +147,11 @@ export async function idempotency(
       const declared = request.headers["content-length"];
       if (declared !== undefined && guard.requestTooLarge(Number(declared))) {
         state.tooLarge = true;
+      } else if (declared !== undefined && isJsonType(request.headers["content-type"])) {
+        // Fastify parses it (its own parser or the app's) and its bodyLimit holds the declared
+        // length to the bytes that arrive: the fingerprint reads the parsed value, as it does
+        // behind express.json(), and no listener copies the bytes.
+        state.parsed = true;
       } else {
         state.body = new BodyRecorder(guard.maxRequestBytes);
         payload.on("data", state.body.record);
@@ -146,7 +170,11 @@ export async function idempotency(
     }
     const { path, query } = splitUrl(request.url);
     const body: RequestBody | "too_large" =
-      state.tooLarge === true ? "too_large" : (state.body?.body() ?? { kind: "none" });
+      state.tooLarge === true
+        ? "too_large"
+        : state.parsed === true
+          ? parsedBody(request.body)
+          : (state.body?.body() ?? NONE);
     let started = false;
     const decision = guard.execute(
       {
