@@ -6,10 +6,10 @@ import { randomUUID } from "node:crypto";
 import { Readable } from "node:stream";
 import Fastify, { type FastifyInstance } from "fastify";
 import { afterEach, describe, expect, it } from "vitest";
+import type { FastifyIdempotencyOptions } from "../../src/adapters/fastify/index.js";
 import { idempotency } from "../../src/adapters/fastify/index.js";
 import { MemoryBackend } from "../../src/backends/memory/index.js";
 import { silentLogger } from "../../src/core/events.js";
-import type { HttpIdempotencyOptions } from "../../src/http/index.js";
 
 let app: FastifyInstance | undefined;
 afterEach(async () => {
@@ -18,7 +18,7 @@ afterEach(async () => {
 });
 
 async function orders(
-  options: Partial<HttpIdempotencyOptions<never>> = {},
+  options: Partial<FastifyIdempotencyOptions> = {},
   setup: (app: FastifyInstance) => void = () => {},
 ) {
   app = Fastify();
