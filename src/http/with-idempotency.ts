@@ -9,8 +9,15 @@ import {
 import { BYPASS_HEADER, type HttpDecision, HttpGuard } from "./http-guard.js";
 import type { HttpIdempotencyOptions } from "./options.js";
 
-/** A Fetch API handler: Bun, Deno, Workers-style runtimes, Hono's `app.fetch`, Next.js route handlers. */
-export type FetchHandler = (request: Request) => Response | Promise<Response>;
+/**
+ * A Fetch API handler: Bun, Deno, Workers-style runtimes, Hono's `app.fetch`, Next.js route handlers.
+ * Whatever the runtime passes after the request (a Worker's `env` and `ctx`, `@hono/node-server`'s
+ * `{ incoming, outgoing }`, Bun's `server`) is `rest`, handed to the handler as it came.
+ */
+export type FetchHandler<A extends unknown[] = []> = (
+  request: Request,
+  ...rest: A
+) => Response | Promise<Response>;
 
 /**
  * Wraps a Fetch API handler with `Idempotency-Key` handling (SPEC §6) and returns a handler of the
@@ -34,14 +41,14 @@ export type FetchHandler = (request: Request) => Response | Promise<Response>;
  *
  * @throws ConfigurationError at wrap time for options that cannot work
  */
-export function withIdempotency(
-  handler: FetchHandler,
+export function withIdempotency<A extends unknown[] = []>(
+  handler: FetchHandler<A>,
   options: HttpIdempotencyOptions<Request>,
-): FetchHandler {
+): FetchHandler<A> {
   const guard = new HttpGuard<Request>(options, "withIdempotency");
-  return async function idempotentHandler(request: Request): Promise<Response> {
+  return async function idempotentHandler(request: Request, ...rest: A): Promise<Response> {
     const admission = guard.admit(request.method, request.headers.get("idempotency-key"));
-    if (admission.kind === "pass") return handler(request);
+    if (admission.kind === "pass") return handler(request, ...rest);
     if (admission.kind === "answer") return toFetchResponse(admission.response);
 
     const { path, query } = splitFetchUrl(request.url);
@@ -58,12 +65,12 @@ export function withIdempotency(
       },
       admission.key,
       request,
-      () => early.capture(handler(forHandler), guard.maxResponseBytes),
+      () => early.capture(handler(forHandler, ...rest), guard.maxResponseBytes),
       early.stored,
     );
     const first = await early.first(decided);
     if (first instanceof Response) return first;
-    return respond(first, early.early, () => handler(forHandler));
+    return respond(first, early.early, () => handler(forHandler, ...rest));
   };
 }
 

@@ -257,3 +257,38 @@ describe("the fast paths end to end on @hono/node-server", () => {
     expect(secondBody).toBe(firstBody);
   });
 });
+
+describe("withIdempotency and the runtime's arguments after the request", () => {
+  it("hands the handler what the runtime passed (a Worker's env and ctx) on every path", async () => {
+    const seen: unknown[][] = [];
+    const wrapped = withIdempotency(
+      async (request: Request, env: { tenant: string }, ctx: { id: number }) => {
+        seen.push([request.method, env, ctx]);
+        return Response.json({ ok: true }, { status: 201 });
+      },
+      { backend: new MemoryBackend(), logger: quiet, maxRequestBytes: 64 },
+    );
+    const env = { tenant: "t1" };
+    const ctx = { id: 7 };
+    const keyed = (body: string) => post(body, { "idempotency-key": `k-${body.length}` });
+    // guarded: the first run, then a replay (the handler does not run)
+    expect((await wrapped(keyed(text), env, ctx)).status).toBe(201);
+    expect((await wrapped(keyed(text), env, ctx)).headers.get("idempotent-replayed")).toBe("true");
+    // passed through: no key, and a method outside `methods`
+    await wrapped(post(text), env, ctx);
+    await wrapped(new Request("http://localhost/orders"), env, ctx);
+    // bypassed: a body over maxRequestBytes
+    const large = await wrapped(keyed(JSON.stringify({ pad: "x".repeat(100) })), env, ctx);
+    expect(large.headers.get("idempotency-bypass")).toBe("request-too-large");
+    expect(seen).toEqual([
+      ["POST", env, ctx],
+      ["POST", env, ctx],
+      ["GET", env, ctx],
+      ["POST", env, ctx],
+    ]);
+    for (const [, seenEnv, seenCtx] of seen) {
+      expect(seenEnv).toBe(env);
+      expect(seenCtx).toBe(ctx);
+    }
+  });
+});
