@@ -133,39 +133,41 @@ function textAt(bytes: Uint8Array, buffer: Buffer, start: number, end: number): 
 
 /** Decodes what `encodeStoredResponse` wrote. Throws a `RangeError` on anything else. */
 export function decodeStoredResponse(bytes: Uint8Array): StoredResponse {
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const buffer = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  let at = 0;
-  const need = (n: number) => {
-    if (at + n > bytes.length) throw new RangeError("stored response is truncated");
-  };
-  need(5);
+  // Read in place: no `DataView`, and the bytes' own `Buffer` when they are one (a replay's are).
+  const buffer =
+    bytes instanceof Buffer ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const end = bytes.length;
+  if (end < 5) throw truncated();
   if (bytes[0] !== LAYOUT_VERSION) throw new RangeError(`stored response layout ${bytes[0]} is unknown`);
-  const status = view.getUint16(1);
+  const status = buffer.readUInt16BE(1);
   if (status < 100 || status > 599) throw new RangeError(`stored status ${status} is not an HTTP status`);
-  const count = view.getUint16(3);
-  at = 5;
+  const count = buffer.readUInt16BE(3);
+  let at = 5;
   const headers: Array<readonly [string, string]> = [];
   for (let i = 0; i < count; i++) {
-    need(2);
-    const nameLength = view.getUint16(at);
+    if (at + 2 > end) throw truncated();
+    const nameLength = buffer.readUInt16BE(at);
     at += 2;
-    need(nameLength + 4);
+    if (at + nameLength + 4 > end) throw truncated();
     const name = textAt(bytes, buffer, at, at + nameLength);
     at += nameLength;
-    const valueLength = view.getUint32(at);
+    const valueLength = buffer.readUInt32BE(at);
     at += 4;
-    need(valueLength);
+    if (at + valueLength > end) throw truncated();
     headers.push([name, textAt(bytes, buffer, at, at + valueLength)]);
     at += valueLength;
   }
-  need(4);
-  const bodyLength = view.getUint32(at);
+  if (at + 4 > end) throw truncated();
+  const bodyLength = buffer.readUInt32BE(at);
   at += 4;
-  need(bodyLength);
-  if (at + bodyLength !== bytes.length) throw new RangeError("stored response has trailing bytes");
+  if (at + bodyLength > end) throw truncated();
+  if (at + bodyLength !== end) throw new RangeError("stored response has trailing bytes");
   // A view, not a copy: backends hand the codec bytes of their own (the memory backend copies).
   return { status, headers, body: new Uint8Array(bytes.buffer, bytes.byteOffset + at, bodyLength) };
+}
+
+function truncated(): RangeError {
+  return new RangeError("stored response is truncated");
 }
 
 /** The codec the HTTP surface hands the core guard: stored responses in layout v1. */
