@@ -81,6 +81,16 @@ describe("stored response encoding", () => {
     expect(decodeStoredResponse(encodeStoredResponse(empty))).toEqual(empty);
   });
 
+  it("decodes a Buffer and a plain Uint8Array (at any offset) alike, and says every cut is truncated", () => {
+    const bytes = encodeStoredResponse(response);
+    const plain = new Uint8Array(bytes.length + 3);
+    plain.set(bytes, 3);
+    expect(decodeStoredResponse(plain.subarray(3))).toEqual(decodeStoredResponse(Buffer.from(bytes)));
+    for (let cut = 0; cut < bytes.length; cut++) {
+      expect(() => decodeStoredResponse(plain.subarray(3, 3 + cut))).toThrow(/truncated/);
+    }
+  });
+
   it("refuses truncated, extended, unknown-version and out-of-range input", () => {
     const bytes = encodeStoredResponse(response);
     expect(() => decodeStoredResponse(bytes.subarray(0, bytes.length - 1))).toThrow(RangeError);
