@@ -106,4 +106,40 @@ describe("Fastify: the body the fingerprint reads", () => {
     expect(other.statusCode).toBe(422);
     expect(runs()).toBe(1);
   });
+
+  it("a JSON body is the request as validation left it: what removeAdditional drops or coercion changes is the same request", async () => {
+    app = Fastify();
+    await app.register(idempotency, { backend: new MemoryBackend(), logger: silentLogger });
+    let runs = 0;
+    app.post(
+      "/orders",
+      {
+        schema: {
+          body: {
+            type: "object",
+            properties: { n: { type: "integer" } },
+            required: ["n"],
+            additionalProperties: false,
+          },
+        },
+      },
+      async (request) => ({ run: ++runs, body: request.body }),
+    );
+    await app.ready();
+    const key = randomUUID();
+    const post = (payload: string) =>
+      app?.inject({
+        method: "POST",
+        url: "/orders",
+        headers: { "idempotency-key": key, "content-type": "application/json" },
+        payload,
+      });
+    const first = await post('{"n":1}');
+    expect(first?.json()).toEqual({ run: 1, body: { n: 1 } });
+    for (const same of ['{"n":1,"extra":true}', '{"n":"1"}']) {
+      expect((await post(same))?.headers["idempotent-replayed"]).toBe("true");
+    }
+    expect((await post('{"n":2}'))?.statusCode).toBe(422);
+    expect(runs).toBe(1);
+  });
 });
