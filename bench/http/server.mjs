@@ -25,11 +25,12 @@ const floorFingerprint = (body) => createHash("sha256").update(JSON.stringify(bo
 
 // The spec floor (Fastify): the floor plus what SPEC §6 asks of every request, still inline and with
 // none of oncely's layers — the key header parsed and checked (quoted or bare, 1–255 bytes), the
-// stored key a SHA-256 of the length-prefixed (key, scope, method, path), the fingerprint a SHA-256
-// of method, path, sorted query and canonical JSON (keys sorted at every depth), a record with a
-// fence, a token, a lease and a ttl, a fenced complete, 2xx only, a response size limit, the header
-// allow-list, and `Idempotent-Replayed` on replays. No events, logger, waiting, heartbeat or
-// backend interface: what any conforming middleware has to pay, as the limit the targets meet.
+// stored key a SHA-256 of the framed (key, scope, method, path), the fingerprint a SHA-256 of
+// method, path, sorted query and canonical JSON (keys sorted at every depth), a record with a fence,
+// a token, a lease and a ttl, a fenced complete, 2xx only, a response size limit, a header filter
+// (a deny-list: never Set-Cookie, Authorization, Vary or hop-by-hop headers; oncely's allow-list
+// costs one more set lookup per header), and `Idempotent-Replayed` on replays. No events, logger,
+// waiting, heartbeat or backend interface: about what any conforming middleware has to pay.
 const specRecords = new Map();
 let specFence = 0;
 const SPEC_LEASE_MS = 30_000;
