@@ -148,6 +148,11 @@ function describe(value: unknown): string {
   }
 }
 
+/** Whether the fingerprint canonicalises a body of this content type as JSON (`…/json`, `…+json`). */
+export function isJsonContentType(contentType: string | undefined): boolean {
+  return mediaType(contentType) === "json";
+}
+
 function mediaType(contentType: string | undefined): "json" | "form" | "other" {
   if (contentType === undefined) return "other";
   const semicolon = contentType.indexOf(";");

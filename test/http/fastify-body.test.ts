@@ -34,6 +34,16 @@ async function orders(
   return { app, runs: () => runs, declared };
 }
 
+/** A JSON POST to /orders under `key`; `payload` a string (declared length) or a stream (chunked). */
+function post(target: FastifyInstance, key: string, payload: string | Readable) {
+  return target.inject({
+    method: "POST",
+    url: "/orders",
+    headers: { "idempotency-key": key, "content-type": "application/json" },
+    payload,
+  });
+}
+
 describe("Fastify: the body the fingerprint reads", () => {
   it("a JSON body parsed into values JSON cannot write (BigInt) still tells two bodies apart", async () => {
     // An app's own JSON parser that keeps big integers exact, as json-bigint does.
@@ -45,19 +55,12 @@ describe("Fastify: the body the fingerprint reads", () => {
       });
     });
     const key = randomUUID();
-    const post = (n: string) =>
-      app.inject({
-        method: "POST",
-        url: "/orders",
-        headers: { "idempotency-key": key, "content-type": "application/json" },
-        payload: `{"n":${n}}`,
-      });
-    const first = await post("9007199254740993");
+    const first = await post(app, key, '{"n":9007199254740993}');
     expect(first.statusCode).toBe(200);
     expect(first.json()).toEqual({ run: 1, got: "9007199254740993" });
-    const replay = await post("9007199254740993");
+    const replay = await post(app, key, '{"n":9007199254740993}');
     expect(replay.headers["idempotent-replayed"]).toBe("true");
-    const other = await post("9007199254740995");
+    const other = await post(app, key, '{"n":9007199254740995}');
     expect(other.statusCode).toBe(422);
     expect(runs()).toBe(1);
   });
@@ -65,17 +68,11 @@ describe("Fastify: the body the fingerprint reads", () => {
   it("a chunked JSON body (no Content-Length) is counted: over maxRequestBytes it bypasses the guard", async () => {
     const { app, runs, declared } = await orders({ maxRequestBytes: 64 });
     const key = randomUUID();
-    const post = (n: number) =>
-      app.inject({
-        method: "POST",
-        url: "/orders",
-        headers: { "idempotency-key": key, "content-type": "application/json" },
-        payload: Readable.from([Buffer.from(`{"n":${n},"pad":"${"x".repeat(100)}"}`)]),
-      });
-    const first = await post(1);
+    const large = () => Readable.from([Buffer.from(`{"n":1,"pad":"${"x".repeat(100)}"}`)]);
+    const first = await post(app, key, large());
     expect(declared).toEqual([undefined]);
     expect(first.headers["idempotency-bypass"]).toBe("request-too-large");
-    const second = await post(1);
+    const second = await post(app, key, large());
     expect(second.headers["idempotency-bypass"]).toBe("request-too-large");
     expect(runs()).toBe(2);
   });
@@ -83,35 +80,22 @@ describe("Fastify: the body the fingerprint reads", () => {
   it("a chunked JSON body within the limit is fingerprinted like the same body of declared length", async () => {
     const { app, runs } = await orders();
     const key = randomUUID();
-    const chunked = await app.inject({
-      method: "POST",
-      url: "/orders",
-      headers: { "idempotency-key": key, "content-type": "application/json" },
-      payload: Readable.from([Buffer.from('{"n":1,'), Buffer.from('"a":[2,{"y":1,"x":0}]}')]),
-    });
+    const chunks = [Buffer.from('{"n":1,'), Buffer.from('"a":[2,{"y":1,"x":0}]}')];
+    const chunked = await post(app, key, Readable.from(chunks));
     expect(chunked.json()).toEqual({ run: 1, got: "1" });
-    const declared = await app.inject({
-      method: "POST",
-      url: "/orders",
-      headers: { "idempotency-key": key, "content-type": "application/json" },
-      payload: '{"a":[2,{"x":0,"y":1}],"n":1}',
-    });
+    const declared = await post(app, key, '{"a":[2,{"x":0,"y":1}],"n":1}');
     expect(declared.headers["idempotent-replayed"]).toBe("true");
-    const other = await app.inject({
-      method: "POST",
-      url: "/orders",
-      headers: { "idempotency-key": key, "content-type": "application/json" },
-      payload: '{"a":[2,{"x":1,"y":1}],"n":1}',
-    });
+    const other = await post(app, key, '{"a":[2,{"x":1,"y":1}],"n":1}');
     expect(other.statusCode).toBe(422);
     expect(runs()).toBe(1);
   });
 
   it("a JSON body is the request as validation left it: what removeAdditional drops or coercion changes is the same request", async () => {
-    app = Fastify();
-    await app.register(idempotency, { backend: new MemoryBackend(), logger: silentLogger });
+    const target = Fastify();
+    app = target;
+    await target.register(idempotency, { backend: new MemoryBackend(), logger: silentLogger });
     let runs = 0;
-    app.post(
+    target.post(
       "/orders",
       {
         schema: {
@@ -125,21 +109,14 @@ describe("Fastify: the body the fingerprint reads", () => {
       },
       async (request) => ({ run: ++runs, body: request.body }),
     );
-    await app.ready();
+    await target.ready();
     const key = randomUUID();
-    const post = (payload: string) =>
-      app?.inject({
-        method: "POST",
-        url: "/orders",
-        headers: { "idempotency-key": key, "content-type": "application/json" },
-        payload,
-      });
-    const first = await post('{"n":1}');
-    expect(first?.json()).toEqual({ run: 1, body: { n: 1 } });
+    const first = await post(target, key, '{"n":1}');
+    expect(first.json()).toEqual({ run: 1, body: { n: 1 } });
     for (const same of ['{"n":1,"extra":true}', '{"n":"1"}']) {
-      expect((await post(same))?.headers["idempotent-replayed"]).toBe("true");
+      expect((await post(target, key, same)).headers["idempotent-replayed"]).toBe("true");
     }
-    expect((await post('{"n":2}'))?.statusCode).toBe(422);
+    expect((await post(target, key, '{"n":2}')).statusCode).toBe(422);
     expect(runs).toBe(1);
   });
 });

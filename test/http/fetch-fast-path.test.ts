@@ -194,6 +194,23 @@ describe("the fast paths end to end on @hono/node-server", () => {
     });
   }
 
+  it("withIdempotency hands the handler node-server's { incoming, outgoing } (first run and pass-through)", async () => {
+    const seen: string[] = [];
+    const wrapped = withIdempotency(
+      (_request: Request, env: { incoming?: { method?: string }; outgoing?: { writeHead?: unknown } }) => {
+        seen.push(`${env?.incoming?.method}:${typeof env?.outgoing?.writeHead}`);
+        return Response.json({ ok: true }, { status: 201 });
+      },
+      { backend: new MemoryBackend(), logger: quiet },
+    );
+    const url = await start(wrapped as never);
+    const send = (headers: Record<string, string>) =>
+      fetch(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: text });
+    expect((await send({ "idempotency-key": "node-env" })).status).toBe(201);
+    expect((await send({})).status).toBe(201);
+    expect(seen).toEqual(["POST:function", "POST:function"]);
+  });
+
   async function twice(url: string) {
     const send = () =>
       fetch(url, {

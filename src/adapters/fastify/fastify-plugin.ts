@@ -1,9 +1,9 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import type { RequestBody } from "../../http/fingerprint.js";
+import { isJsonContentType, type RequestBody } from "../../http/fingerprint.js";
 import { BYPASS_HEADER, type CapturedResponse, HttpGuard } from "../../http/http-guard.js";
 import type { HttpIdempotencyOptions } from "../../http/options.js";
 import type { StoredResponse } from "../../http/stored-response.js";
-import { splitUrl } from "../node/request-body.js";
+import { NONE, parsedBody, splitUrl } from "../node/request-body.js";
 
 /** Options of the Fastify plugin: `scope` receives the Fastify `request`. */
 export type FastifyIdempotencyOptions = HttpIdempotencyOptions<FastifyRequest>;
@@ -69,21 +69,6 @@ class BodyRecorder {
   }
 }
 
-const NONE: RequestBody = { kind: "none" };
-
-/** `application/json` and `…+json`, as the fingerprint's content-type rule reads them. */
-function isJsonType(contentType: string | undefined): boolean {
-  if (contentType === undefined) return false;
-  const semicolon = contentType.indexOf(";");
-  const type = (semicolon === -1 ? contentType : contentType.slice(0, semicolon)).trim().toLowerCase();
-  return type === "application/json" || type.endsWith("+json");
-}
-
-/** What the parser produced, as the fingerprint's input (no body when it produced nothing). */
-function parsedBody(value: unknown): RequestBody {
-  return value === undefined || value === null ? NONE : { kind: "parsed", value };
-}
-
 function isStream(payload: unknown): boolean {
   return (
     typeof payload === "object" &&
@@ -147,7 +132,7 @@ export async function idempotency(
       const declared = request.headers["content-length"];
       if (declared !== undefined && guard.requestTooLarge(Number(declared))) {
         state.tooLarge = true;
-      } else if (declared !== undefined && isJsonType(request.headers["content-type"])) {
+      } else if (declared !== undefined && isJsonContentType(request.headers["content-type"])) {
         // Fastify parses it (its own parser or the app's) and its bodyLimit holds the declared
         // length to the bytes that arrive: the fingerprint reads the parsed value, as it does
         // behind express.json(), and no listener copies the bytes.

@@ -6,7 +6,13 @@
 import type { IncomingMessage } from "node:http";
 import type { RequestBody } from "../../http/fingerprint.js";
 
-const NONE: RequestBody = { kind: "none" };
+/** No body. */
+export const NONE: RequestBody = { kind: "none" };
+
+/** What a body parser produced, as the fingerprint's input (no body when it produced nothing). */
+export function parsedBody(value: unknown): RequestBody {
+  return value === undefined || value === null ? NONE : { kind: "parsed", value };
+}
 
 /** The request as a body parser may have left it. */
 export interface ParsedRequestLike extends IncomingMessage {
@@ -30,10 +36,9 @@ export function requestBody(
   if (request._body === true || request.readableEnded || request.readableDidRead) {
     if (length === 0) return NONE;
     const value = request.body;
-    if (value === undefined || value === null) return NONE;
     if ((typeof value === "string" || value instanceof Uint8Array) && value.length > maxBytes)
       return "too_large";
-    return { kind: "parsed", value };
+    return parsedBody(value);
   }
   if (length === 0 || (length === undefined && request.headers["transfer-encoding"] === undefined))
     return NONE;
