@@ -18,18 +18,31 @@ interface Pending {
   /** Set once the handler runs under the guard: hands the capture to the guard. */
   settle?: ((captured: CapturedResponse) => void) | undefined;
   /**
-   * `onSend`'s continuation, held until the record is written: called by `release` (once), from the
-   * guard's `onStored` callback or, for a response that is not stored, when the decision arrives.
+   * `onSend`'s continuation and the payload it was given, held until the record is written: called
+   * by `release` (once), from the guard's `onStored` callback or, for a response that is not stored,
+   * when the decision arrives.
+   *
+   * Two fields, not a closure over them: with a closure created in `onSend` per request, V8 in 2 of
+   * 3 runs switched the allocation sites of the request's objects (IncomingMessage, ServerResponse,
+   * Fastify's hook runners) to pretenured — allocated straight into the old generation — and every
+   * request's graph was then promoted (4,450 sampled bytes per request against 492 without it).
    */
-  held?: ((error?: unknown) => void) | undefined;
+  held?: OnSendDone | undefined;
+  payload?: unknown;
 }
+
+/** Fastify's `onSend` continuation. */
+type OnSendDone = (error: Error | null, payload?: unknown) => void;
 
 /** Sends the reply `onSend` held back, once. */
 function release(state: Pending, error?: unknown): void {
   const held = state.held;
   if (held === undefined) return;
+  const payload = state.payload;
   state.held = undefined;
-  held(error);
+  state.payload = undefined;
+  if (error === undefined) held(null, payload);
+  else held(error as Error);
 }
 
 /**
@@ -241,7 +254,8 @@ export async function idempotency(
           : (payload as Buffer);
     // The record is committed (or the key released) before the payload is written: `release`
     // sends it. Held before the capture is handed over, which may write the record at once.
-    state.held = (error) => (error === undefined ? done(null, payload) : done(error as Error));
+    state.held = done as OnSendDone;
+    state.payload = payload;
     if (body.length > guard.maxResponseBytes) {
       reply.header(BYPASS_HEADER, "response-too-large");
       settle({ kind: "passed_through", reason: "response-too-large", status: reply.statusCode });
