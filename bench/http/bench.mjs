@@ -8,7 +8,11 @@
 // request that survive young-generation collections, from V8's sampling heap profiler in the server:
 // see promoted.mjs; the profiler costs some throughput, so compare ratios within such a run only),
 // --stored N (before the warm-up, N requests with new keys go through the app, so every variant that
-// stores keys measures with N records already held: a store's cost that grows with its size shows).
+// stores keys measures with N records already held: a store's cost that grows with its size shows),
+// --tenured (adds how many allocation sites V8 switched to pretenured in each server, from
+// --trace-pretenuring-statistics: a site that is pretenured allocates straight into the old
+// generation, and whatever its objects point to then survives young collections too, so one such
+// site can have a whole request's objects promoted; a healthy run shows a handful, the records').
 import { execFileSync, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -26,6 +30,7 @@ const rounds = Number(option("rounds", "2"));
 const connections = Number(option("connections", "10"));
 const frameworks = option("only", "express,fastify,hono,fetch").split(",");
 const promoted = args.includes("--promoted");
+const tenured = args.includes("--tenured");
 const stored = Number(option("stored", "0"));
 if (!Number.isSafeInteger(stored) || stored < 0) throw new Error("--stored takes a whole number of requests");
 const here = (file) => fileURLToPath(new URL(file, import.meta.url));
@@ -33,14 +38,23 @@ const promotedOut = join(tmpdir(), `oncely-bench-promoted-${process.pid}.json`);
 
 function startServer(framework, variant) {
   const preload = promoted ? ["--import", here("./promoted.mjs")] : [];
-  const child = spawn(process.execPath, [...preload, here("./server.mjs"), framework, variant], {
+  const trace = tenured ? ["--trace-pretenuring-statistics"] : [];
+  const child = spawn(process.execPath, [...trace, ...preload, here("./server.mjs"), framework, variant], {
     stdio: ["ignore", "pipe", "inherit"],
     env: { ...process.env, ONCELY_BENCH_PROMOTED_OUT: promotedOut },
   });
+  // V8's trace lines share stdout with the server's own line; every line is read (so the pipe never
+  // fills), and a site counts once, whenever V8 decided to pretenure it.
+  const tenuredSites = new Set();
   return new Promise((resolve, reject) => {
     child.once("exit", (code) => reject(new Error(`${framework} ${variant} server exited (${code})`)));
-    createInterface({ input: child.stdout }).once("line", (line) => {
-      resolve({ child, url: `http://127.0.0.1:${JSON.parse(line).listening}/orders` });
+    createInterface({ input: child.stdout }).on("line", (line) => {
+      if (line.startsWith('{"listening"')) {
+        resolve({ child, tenuredSites, url: `http://127.0.0.1:${JSON.parse(line).listening}/orders` });
+        return;
+      }
+      const site = /AllocationSite\((0x[0-9a-f]+)\).*=> tenure$/.exec(line);
+      if (site !== null) tenuredSites.add(site[1]);
     });
   });
 }
@@ -102,7 +116,7 @@ async function measure(framework, variant, mode) {
       await exited;
       promotedB = JSON.parse(readFileSync(promotedOut, "utf8")).bytes / result.total;
     }
-    return { ...result, cpuUs: (cpu * 1e6) / result.total, promotedB };
+    return { ...result, cpuUs: (cpu * 1e6) / result.total, promotedB, tenured: server.tenuredSites.size };
   } finally {
     server.child.kill("SIGKILL");
   }
@@ -169,6 +183,14 @@ for (const framework of frameworks) {
       id === bare ? "1.00" : ratio.toFixed(2),
       target === undefined ? "" : `${ratio >= target ? "meets" : "MISSES"} ≥ ${target}`,
       ...(promoted ? [`${Math.round(stat(id, "promotedB")).toLocaleString("en-US")} B`] : []),
+      ...(tenured
+        ? [
+            results
+              .get(id)
+              .map((result) => result.tenured)
+              .join(", "),
+          ]
+        : []),
     ]);
   };
   row("bare app", bare);
@@ -198,6 +220,7 @@ for (const framework of frameworks) {
       versus.toFixed(2),
       `${versus >= 4 ? "meets" : "MISSES"} ≥ 4`,
       ...(promoted ? [""] : []),
+      ...(tenured ? [""] : []),
     ]);
   }
 }
@@ -213,6 +236,7 @@ const header = [
   "× bare (req/s)",
   "target",
   ...(promoted ? ["promoted/req"] : []),
+  ...(tenured ? ["tenured sites (per round)"] : []),
 ];
 const widths = header.map((title, i) => Math.max(title.length, ...rows.map((row) => String(row[i]).length)));
 const line = (cells) => `| ${cells.map((cell, i) => String(cell).padEnd(widths[i])).join(" | ")} |`;
