@@ -306,8 +306,6 @@ export function isUntouched(captured: CapturedResponse): boolean {
   return captured instanceof UntouchedCapture;
 }
 
-const utf8 = new TextEncoder();
-
 /** `@hono/node-server`'s default type for a body given without one. */
 const DEFAULT_CONTENT_TYPE = "text/plain; charset=UTF-8";
 
@@ -320,20 +318,35 @@ type UnbuiltCache = readonly [status: number, body: unknown, headers: unknown];
  * response (read it through `body` and `headers`), so a change in that library only costs speed.
  */
 function unbuiltCache(response: Response): UnbuiltCache | undefined {
+  const fields = response as unknown as Record<symbol, unknown>;
+  // The symbol found last time is tried first: listing a response's own symbols allocates an array
+  // per call. A response without it (another library, or a lightweight one already built) is
+  // scanned as before.
+  if (cacheSymbol !== undefined && Object.hasOwn(fields, cacheSymbol)) {
+    return asUnbuiltCache(fields[cacheSymbol], response);
+  }
   for (const symbol of Object.getOwnPropertySymbols(response)) {
     if (symbol.description !== "cache") continue;
-    const cache: unknown = (response as unknown as Record<symbol, unknown>)[symbol];
-    if (!Array.isArray(cache) || cache.length !== 3 || cache[0] !== response.status) return undefined;
-    return cache as unknown as UnbuiltCache;
+    cacheSymbol = symbol;
+    return asUnbuiltCache(fields[symbol], response);
   }
   return undefined;
+}
+
+/** The own symbol `unbuiltCache` last found a cache under. */
+let cacheSymbol: symbol | undefined;
+
+function asUnbuiltCache(cache: unknown, response: Response): UnbuiltCache | undefined {
+  if (!Array.isArray(cache) || cache.length !== 3 || cache[0] !== response.status) return undefined;
+  return cache as unknown as UnbuiltCache;
 }
 
 /** The cached body's bytes, when it is text or bytes (`undefined` for a stream or a blob). */
 function cachedBody(cache: UnbuiltCache): Uint8Array | undefined {
   const body = cache[1];
   if (body === null) return EMPTY;
-  if (typeof body === "string") return utf8.encode(body);
+  // From Node's buffer pool: a small body is a slice of a shared block, not an ArrayBuffer of its own.
+  if (typeof body === "string") return Buffer.from(body, "utf8");
   if (body instanceof Uint8Array) return body;
   return undefined;
 }
