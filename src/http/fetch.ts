@@ -3,7 +3,7 @@
  * consuming it, capture a handler's `Response` without sending it, and turn a stored response back
  * into a `Response`.
  */
-import type { RequestBody } from "./fingerprint.js";
+import type { ParsedJsonSlot, RequestBody } from "./fingerprint.js";
 import { BYPASS_HEADER, type BypassReason, type CapturedResponse, type HttpDecision } from "./http-guard.js";
 import type { StoredResponse } from "./stored-response.js";
 
@@ -35,10 +35,9 @@ export async function readFetchBody(request: Request, maxBytes: number): Promise
     // A declared length within the limit: one read (a fast path on runtimes that have one).
     const bytes = new Uint8Array(await request.arrayBuffer());
     if (bytes.length > maxBytes) return { body: "too_large", request: rebuilt(request, bytes) };
-    return {
-      body: bytes.length === 0 ? NONE : { kind: "bytes", bytes },
-      request: bufferedRequest(request, bytes),
-    };
+    if (bytes.length === 0) return { body: NONE, request: bufferedRequest(request, bytes) };
+    const json: ParsedJsonSlot = { parsed: undefined };
+    return { body: { kind: "bytes", bytes, json }, request: bufferedRequest(request, bytes, json) };
   }
   if (request.body === null) return { body: NONE, request };
   const reader = request.body.getReader();
@@ -52,7 +51,9 @@ export async function readFetchBody(request: Request, maxBytes: number): Promise
     if (total > maxBytes) return { body: "too_large", request: rebuilt(request, prefixed(chunks, reader)) };
   }
   const bytes = concat(chunks, total);
-  return { body: total === 0 ? NONE : { kind: "bytes", bytes }, request: bufferedRequest(request, bytes) };
+  if (total === 0) return { body: NONE, request: bufferedRequest(request, bytes) };
+  const json: ParsedJsonSlot = { parsed: undefined };
+  return { body: { kind: "bytes", bytes, json }, request: bufferedRequest(request, bytes, json) };
 }
 
 function rebuilt(request: Request, body: Uint8Array | ReadableStream<Uint8Array>): Request {
@@ -74,9 +75,13 @@ const decoder = new TextDecoder();
  * body (`body`, `clone()`, `formData()`, a runtime's internal slots, `new Request(this)`) goes to a
  * real `Request` rebuilt around the bytes on first use, so every member still behaves as a `Request`.
  * It is a `Proxy` of the original, so `instanceof Request` holds.
+ *
+ * `json`, when given, is where the fingerprint leaves the value it parsed from these bytes: the first
+ * `json()` answers with that value instead of decoding and parsing them again (it is a fresh parse
+ * that nothing else holds; the fingerprint only read it).
  */
-export function bufferedRequest(request: Request, bytes: Uint8Array): Request {
-  return new Proxy(request, new BufferedBody(request, bytes));
+export function bufferedRequest(request: Request, bytes: Uint8Array, json?: ParsedJsonSlot): Request {
+  return new Proxy(request, new BufferedBody(request, bytes, json));
 }
 
 type BodyReader = "arrayBuffer" | "text" | "json";
@@ -85,12 +90,14 @@ type BodyReader = "arrayBuffer" | "text" | "json";
 class BufferedBody implements ProxyHandler<Request> {
   readonly #request: Request;
   readonly #bytes: Uint8Array;
+  readonly #json: ParsedJsonSlot | undefined;
   #used = false;
   #real: Request | undefined;
 
-  constructor(request: Request, bytes: Uint8Array) {
+  constructor(request: Request, bytes: Uint8Array, json: ParsedJsonSlot | undefined) {
     this.#request = request;
     this.#bytes = bytes;
+    this.#json = json;
   }
 
   get(target: Request, name: string | symbol): unknown {
@@ -111,6 +118,12 @@ class BufferedBody implements ProxyHandler<Request> {
     if (this.#real !== undefined) return this.#real[reader]();
     if (this.#used) return Promise.reject(new TypeError("Body is unusable: Body has already been read"));
     this.#used = true;
+    const parsed = this.#json?.parsed;
+    if (parsed !== undefined) {
+      // Handed over once: the slot lets go of it, so the value lives only as long as the handler keeps it.
+      (this.#json as ParsedJsonSlot).parsed = undefined;
+      if (reader === "json") return Promise.resolve(parsed.value);
+    }
     const bytes = this.#bytes;
     try {
       if (reader === "arrayBuffer") {

@@ -21,10 +21,20 @@ import { lengthPrefixedHash } from "./hash.js";
 /** Bumped whenever a canonical form changes, so old records are never compared with new hashes. */
 export const FINGERPRINT_VERSION = "v1";
 
+/**
+ * Where the fingerprint leaves the value it parsed from a JSON body's bytes, for a reader that would
+ * otherwise decode and parse the same bytes again (the Fetch surfaces' `request.json()`). Written at
+ * most once, before the handler runs; `undefined` when the bytes were not parsed (another content
+ * type, not UTF-8, not JSON).
+ */
+export interface ParsedJsonSlot {
+  parsed: { readonly value: unknown } | undefined;
+}
+
 /** A request body as an adapter holds it. */
 export type RequestBody =
   | { readonly kind: "none" }
-  | { readonly kind: "bytes"; readonly bytes: Uint8Array }
+  | { readonly kind: "bytes"; readonly bytes: Uint8Array; readonly json?: ParsedJsonSlot }
   /** What a framework's body parser produced (an object, a string or a Buffer). */
   | { readonly kind: "parsed"; readonly value: unknown };
 
@@ -99,7 +109,11 @@ function canonicalParts(
   const bytes = body.kind === "bytes" ? body.bytes : toBytes(body.value as string | Uint8Array);
   if (bytes.length === 0) return { kind: "none", part: bytes };
   try {
-    if (type === "json") return { kind: "json", part: canonicalJson(JSON.parse(text(bytes))) };
+    if (type === "json") {
+      const value: unknown = JSON.parse(text(bytes));
+      if (body.kind === "bytes" && body.json !== undefined) body.json.parsed = { value };
+      return { kind: "json", part: canonicalJson(value) };
+    }
     if (type === "form") return { kind: "form", part: canonicalForm(formPairs(text(bytes))) };
   } catch {
     // not what the content type claims: fall through to the raw bytes

@@ -10,6 +10,7 @@ import {
   isUntouched,
   readFetchBody,
 } from "../../src/http/fetch.js";
+import { fingerprint } from "../../src/http/fingerprint.js";
 import { withIdempotency } from "../../src/http/index.js";
 import { MemoryBackend } from "../../src/index.js";
 
@@ -82,8 +83,61 @@ describe("the request a handler gets after the fingerprint read its body", () =>
     expect(read.request).toBe(empty);
 
     const chunked = await readFetchBody(post(new Blob([bytes]).stream() as ReadableStream<Uint8Array>), 1024);
-    expect(chunked.body).toEqual({ kind: "bytes", bytes });
+    expect(chunked.body).toMatchObject({ kind: "bytes", bytes });
     expect(await chunked.request.text()).toBe(text);
+  });
+});
+
+describe("a JSON body is parsed once", () => {
+  const facts = (body: Exclude<Awaited<ReturnType<typeof readFetchBody>>["body"], "too_large">) => ({
+    method: "POST",
+    path: "/orders",
+    query: "",
+    contentType: "application/json",
+    body,
+  });
+
+  it("json() answers with the value the fingerprint parsed, and a second read still rejects", async () => {
+    const read = await readFetchBody(post(), 1024);
+    if (read.body === "too_large" || read.body.kind !== "bytes") throw new Error("expected bytes");
+    fingerprint(facts(read.body));
+    const parsed = read.body.json?.parsed?.value;
+    expect(parsed).toEqual({ item: "book", qty: 1 });
+    const value = await read.request.json();
+    expect(value).toBe(parsed); // the same object: no second decode and parse
+    expect(read.body.json?.parsed).toBeUndefined(); // handed over once, then let go
+    await expect(read.request.json()).rejects.toThrow(TypeError);
+  });
+
+  it("text() and arrayBuffer() still read the bytes after the fingerprint parsed them", async () => {
+    for (const reader of ["text", "arrayBuffer"] as const) {
+      const read = await readFetchBody(post(), 1024);
+      if (read.body === "too_large") throw new Error("expected bytes");
+      fingerprint(facts(read.body));
+      const value = await read.request[reader]();
+      if (reader === "text") expect(value).toBe(text);
+      else expect(new Uint8Array(value as ArrayBuffer)).toEqual(bytes);
+      await expect(read.request.json()).rejects.toThrow(TypeError);
+    }
+  });
+
+  it("a body the fingerprint could not parse is parsed by json() as a Request would", async () => {
+    // Not UTF-8: the fingerprint takes the raw bytes; json() decodes leniently, as fetch does.
+    const latin = new Uint8Array([
+      ...new TextEncoder().encode('{"item":"'),
+      0xe9,
+      ...new TextEncoder().encode('"}'),
+    ]);
+    const read = await readFetchBody(post(new Blob([latin]).stream() as ReadableStream<Uint8Array>), 1024);
+    if (read.body === "too_large" || read.body.kind !== "bytes") throw new Error("expected bytes");
+    fingerprint(facts(read.body));
+    expect(read.body.json?.parsed).toBeUndefined();
+    expect(await read.request.json()).toEqual({ item: "\ufffd" });
+
+    const broken = await readFetchBody(post("{not json"), 1024);
+    if (broken.body === "too_large") throw new Error("expected bytes");
+    fingerprint(facts(broken.body));
+    await expect(broken.request.json()).rejects.toThrow(SyntaxError);
   });
 });
 

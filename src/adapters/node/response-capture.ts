@@ -72,10 +72,14 @@ export class ResponseCapture {
     for (const name of INTERCEPTED) res[name] = interceptors[name];
   }
 
-  /** Sends the held response as the handler wrote it (after the guard decided). */
+  /**
+   * Sends the held response as the handler wrote it (after the guard decided). The interceptors stay
+   * on the response and pass every later call straight through: putting the four methods back cost
+   * four more property stores, and on Express's responses (each re-parented onto its app's
+   * prototype, so no two share a hidden class) every store builds a new hidden class.
+   */
   release(): void {
     if (this.#state !== "held") return;
-    this.#restore();
     this.#state = "released";
     const body = this.#body();
     const callback = this.#onEnd;
@@ -85,10 +89,10 @@ export class ResponseCapture {
 
   /** Stops intercepting without sending anything (the guard answers instead, or the handler threw). */
   abandon(): void {
-    if (this.#state === "holding" || this.#state === "held") this.#restore();
     this.#state = "released";
   }
 
+  /** Puts the original methods back before a response is sent on as it streams. */
   #restore(): void {
     // Assigned back, never deleted: deleting an own property turns the response into a slow
     // dictionary-mode object for the rest of its life, and Node's HTTP internals read it often.
