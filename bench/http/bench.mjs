@@ -12,7 +12,10 @@
 // --tenured (adds how many allocation sites V8 switched to pretenured in each server, from
 // --trace-pretenuring-statistics: a site that is pretenured allocates straight into the old
 // generation, and whatever its objects point to then survives young collections too, so one such
-// site can have a whole request's objects promoted; a healthy run shows a handful, the records').
+// site can have a whole request's objects promoted; a healthy run shows a handful, the records'),
+// --busy 2,5 (adds, for each framework, the bare app with that many µs of busy-waiting per request and
+// nothing else: how far a few µs of plain CPU per request move the bare app's ratio on this machine,
+// which is the scale every other row is read on).
 import { execFileSync, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -32,6 +35,11 @@ const frameworks = option("only", "express,fastify,hono,fetch").split(",");
 const promoted = args.includes("--promoted");
 const tenured = args.includes("--tenured");
 const stored = Number(option("stored", "0"));
+const busy = option("busy", "")
+  .split(",")
+  .filter((item) => item !== "")
+  .map(Number);
+if (busy.some((us) => !Number.isFinite(us) || us <= 0)) throw new Error("--busy takes µs values above 0");
 if (!Number.isSafeInteger(stored) || stored < 0) throw new Error("--stored takes a whole number of requests");
 const here = (file) => fileURLToPath(new URL(file, import.meta.url));
 const promotedOut = join(tmpdir(), `oncely-bench-promoted-${process.pid}.json`);
@@ -127,6 +135,7 @@ for (const framework of frameworks) {
   plan.push([framework, "bare", "new"]);
   plan.push([framework, "oncely", "new"]);
   plan.push([framework, "oncely", "replay"]);
+  for (const us of busy) plan.push([framework, `busy-${us}`, "new"]);
   if (framework === "express" || framework === "fastify") {
     plan.push([framework, "floor", "new"]);
     plan.push([framework, "floor", "replay"]);
@@ -196,6 +205,7 @@ for (const framework of frameworks) {
   row("bare app", bare);
   row("oncely, new keys", `${framework}|oncely|new`, 0.75);
   row("oncely, replays", `${framework}|oncely|replay`, 0.9);
+  for (const us of busy) row(`bare app + ${us} µs busy-wait per request`, `${framework}|busy-${us}|new`);
   if (framework === "express" || framework === "fastify") {
     row("floor (minimal inline guard), new keys", `${framework}|floor|new`);
     row("floor (minimal inline guard), replays", `${framework}|floor|replay`);

@@ -1,7 +1,8 @@
 // One app under load for bench/http: `node server.mjs <framework> <variant>`, framework one of
 // express | fastify | hono | fetch, variant bare | oncely | express-idempotency (Express only) |
-// floor (Express and Fastify) | spec-floor (Fastify). The same trivial POST handler in every variant; prints
-// {"listening": port} once it serves.
+// floor (Express and Fastify) | spec-floor (Fastify) | busy-N (any framework: the bare app plus N µs of
+// busy-waiting per request before the handler, nothing else). The same trivial POST handler in every
+// variant; prints {"listening": port} once it serves.
 import { createHash, randomUUID } from "node:crypto";
 import { createServer } from "node:http";
 
@@ -83,6 +84,16 @@ const specKey = (header) => {
   return size >= 1 && size <= 255 && /^[\x21-\x7e]+$/.test(key) ? key : null;
 };
 
+// busy-N: how much N µs of plain CPU work per request moves this app's requests per second on this
+// machine, the sensitivity every ratio in the table is read against (no allocation, no I/O: a spin on
+// the monotonic clock).
+const busyUs = variant.startsWith("busy-") ? Number(variant.slice("busy-".length)) : 0;
+if (!Number.isFinite(busyUs) || busyUs < 0) throw new Error(`bad variant ${variant}`);
+const spin = () => {
+  const end = process.hrtime.bigint() + BigInt(Math.round(busyUs * 1000));
+  while (process.hrtime.bigint() < end);
+};
+
 function listen(server) {
   server.listen(0, "127.0.0.1", () => say({ listening: server.address().port }));
 }
@@ -92,6 +103,11 @@ if (framework === "express") {
   const app = express();
   app.disable("x-powered-by");
   app.use(express.json());
+  if (busyUs > 0)
+    app.use((_req, _res, next) => {
+      spin();
+      next();
+    });
   if (variant === "oncely") {
     const { idempotency } = await import("../../dist/express.js");
     app.use(idempotency(await oncelyOptions()));
@@ -135,6 +151,11 @@ if (framework === "express") {
 } else if (framework === "fastify") {
   const { default: Fastify } = await import("fastify");
   const app = Fastify();
+  if (busyUs > 0)
+    app.addHook("preHandler", (_request, _reply, done) => {
+      spin();
+      done();
+    });
   if (variant === "oncely") {
     const { idempotency } = await import("../../dist/fastify.js");
     await app.register(idempotency, await oncelyOptions());
@@ -240,6 +261,11 @@ if (framework === "express") {
   if (framework === "hono") {
     const { Hono } = await import("hono");
     const app = new Hono();
+    if (busyUs > 0)
+      app.use("/orders", (_c, next) => {
+        spin();
+        return next();
+      });
     if (variant === "oncely") {
       const { idempotency } = await import("../../dist/hono.js");
       app.use("/orders", idempotency(await oncelyOptions()));
@@ -251,6 +277,11 @@ if (framework === "express") {
     if (variant === "oncely") {
       const { withIdempotency } = await import("../../dist/http.js");
       handler = withIdempotency(bare, await oncelyOptions());
+    } else if (busyUs > 0) {
+      handler = (request) => {
+        spin();
+        return bare(request);
+      };
     } else {
       handler = bare;
     }
