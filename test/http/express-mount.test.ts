@@ -246,3 +246,53 @@ describe("Express: a route in a mounted sub-app", () => {
     });
   }
 });
+
+describe("Express: where the capture intercepts", () => {
+  // Each property stored on an Express response builds a hidden class of its own (Express re-parents
+  // every response), so the capture intercepts on Express's shared response prototype instead, once
+  // it has seen a request through it: later responses carry no interceptor of their own.
+  for (const factory of [express, express4] as const) {
+    it(`puts nothing on the responses after the first (${factory === express ? "Express 5" : "Express 4"})`, async () => {
+      const app = factory();
+      const own: boolean[] = [];
+      let runs = 0;
+      app.use(factory.json());
+      app.use(idempotency({ backend: new MemoryBackend(), logger: silentLogger }));
+      app.post("/orders", (_req, res) => {
+        runs++;
+        own.push(["writeHead", "write", "end", "flushHeaders"].some((name) => Object.hasOwn(res, name)));
+        res.status(201).json({ run: runs });
+      });
+      app.get("/orders", (_req, res) => {
+        res.status(200).json({ listed: true });
+      });
+      const url = await listen(app, "/orders");
+      for (let i = 1; i <= 3; i++) {
+        const post = keyedPost(url);
+        const first = await post();
+        expect(first.status).toBe(201);
+        expect(await first.json()).toEqual({ run: i });
+        const again = await post();
+        expect(again.headers.get("idempotent-replayed")).toBe("true");
+        expect(await again.json()).toEqual({ run: i });
+      }
+      expect(own.slice(1)).toEqual([false, false]);
+      // A response nobody captures goes through the patched prototype as it would without it.
+      const listed = await fetch(url);
+      expect([listed.status, await listed.json()]).toEqual([200, { listed: true }]);
+    });
+  }
+
+  it("leaves the responses of an app without the middleware as they were (it shares the patched prototype)", async () => {
+    const other = express();
+    other.use(express.json());
+    other.post("/plain", (_req, res) => {
+      res.writeHead(202, { "content-type": "text/plain" });
+      res.write("par");
+      res.end("tial");
+    });
+    const url = await listen(other, "/plain");
+    const response = await fetch(url, { method: "POST" });
+    expect([response.status, await response.text()]).toEqual([202, "partial"]);
+  });
+});
