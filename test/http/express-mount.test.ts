@@ -4,7 +4,7 @@
  * parsed body.
  */
 import { randomUUID } from "node:crypto";
-import { createServer, type Server } from "node:http";
+import { createServer, type Server, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import express from "express";
 import express4 from "express4";
@@ -294,5 +294,48 @@ describe("Express: where the capture intercepts", () => {
     const url = await listen(other, "/plain");
     const response = await fetch(url, { method: "POST" });
     expect([response.status, await response.text()]).toEqual([202, "partial"]);
+  });
+});
+
+describe("the Express middleware on a plain Node server (no framework prototype to patch)", () => {
+  it("holds, stores and replays the response through interceptors on the instance", async () => {
+    const guard = idempotency({ backend: new MemoryBackend(), logger: silentLogger });
+    let runs = 0;
+    const own: boolean[] = [];
+    const server = createServer((req, res) => {
+      guard(req, res, (error?: unknown) => {
+        if (error !== undefined) {
+          res.statusCode = 500;
+          res.end();
+          return;
+        }
+        runs++;
+        own.push(Object.hasOwn(res, "end"));
+        res.writeHead(201, { "content-type": "text/plain", "x-run": String(runs) });
+        res.end(`run ${runs}`);
+      });
+    });
+    servers.push(server);
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/orders`;
+    for (let i = 1; i <= 2; i++) {
+      const post = keyedPost(url);
+      const first = await post();
+      expect([first.status, await first.text(), first.headers.get("x-run")]).toEqual([
+        201,
+        `run ${i}`,
+        `${i}`,
+      ]);
+      const again = await post();
+      expect([again.status, await again.text(), again.headers.get("idempotent-replayed")]).toEqual([
+        201,
+        `run ${i}`,
+        "true",
+      ]);
+    }
+    expect(runs).toBe(2);
+    expect(own).toEqual([true, true]); // on the instance: ServerResponse.prototype itself is never patched
+    const plain = Object.getOwnPropertyNames(ServerResponse.prototype);
+    expect(plain).not.toContain("end");
   });
 });
