@@ -16,26 +16,21 @@ function response() {
 }
 const nop = () => 1;
 const captures = new WeakMap();
+/** Stores the four methods a capture intercepts as own properties of `res`. */
+function store(res, writeHead, write, end, flushHeaders) {
+  res.writeHead = writeHead;
+  res.write = write;
+  res.end = end;
+  res.flushHeaders = flushHeaders;
+}
 const variants = {
   "the response alone": () => response(),
-  "four methods stored": () => {
-    const res = response();
-    res.writeHead = nop;
-    res.write = nop;
-    res.end = nop;
-    res.flushHeaders = nop;
-  },
+  "four methods stored": () => store(response(), nop, nop, nop, nop),
   "four stored, then put back": () => {
     const res = response();
     const { writeHead, write, end, flushHeaders } = res;
-    res.writeHead = nop;
-    res.write = nop;
-    res.end = nop;
-    res.flushHeaders = nop;
-    res.writeHead = writeHead;
-    res.write = write;
-    res.end = end;
-    res.flushHeaders = flushHeaders;
+    store(res, nop, nop, nop, nop);
+    store(res, writeHead, write, end, flushHeaders);
   },
   "one WeakMap entry": () => {
     const res = response();

@@ -35,9 +35,7 @@ export async function readFetchBody(request: Request, maxBytes: number): Promise
     // A declared length within the limit: one read (a fast path on runtimes that have one).
     const bytes = new Uint8Array(await request.arrayBuffer());
     if (bytes.length > maxBytes) return { body: "too_large", request: rebuilt(request, bytes) };
-    if (bytes.length === 0) return { body: NONE, request: bufferedRequest(request, bytes) };
-    const json: ParsedJsonSlot = { parsed: undefined };
-    return { body: { kind: "bytes", bytes, json }, request: bufferedRequest(request, bytes, json) };
+    return wholeBody(request, bytes);
   }
   if (request.body === null) return { body: NONE, request };
   const reader = request.body.getReader();
@@ -51,7 +49,12 @@ export async function readFetchBody(request: Request, maxBytes: number): Promise
     if (total > maxBytes) return { body: "too_large", request: rebuilt(request, prefixed(chunks, reader)) };
   }
   const bytes = concat(chunks, total);
-  if (total === 0) return { body: NONE, request: bufferedRequest(request, bytes) };
+  return wholeBody(request, bytes);
+}
+
+/** A body read whole: its bytes for the fingerprint, and the request served from them with the JSON slot they share. */
+function wholeBody(request: Request, bytes: Uint8Array): ReadBody {
+  if (bytes.length === 0) return { body: NONE, request: bufferedRequest(request, bytes) };
   const json: ParsedJsonSlot = { parsed: undefined };
   return { body: { kind: "bytes", bytes, json }, request: bufferedRequest(request, bytes, json) };
 }
