@@ -31,10 +31,12 @@ const PARAMETERS =
  * Parses the header's value (as Node or the Fetch API hand it over: one string, or an array for a
  * repeated header). Never throws.
  *
- * - absent, or only whitespace: `absent`;
+ * - absent (`undefined`, `null`, no value at all): `absent`;
  * - `"abc"` (structured-field string, parameters ignored) and `abc` (bare): `{ key: "abc" }`;
- * - empty, over 255 bytes, a repeated header, control characters, an unterminated or badly escaped
- *   string: `malformed`, with a reason fit for a problem's `detail`.
+ * - present but empty (`Idempotency-Key:` with no value, only whitespace, or `""`), over 255 bytes, a
+ *   repeated header, control characters, an unterminated or badly escaped string: `malformed`, with a
+ *   reason fit for a problem's `detail`. An empty header is refused rather than passed through: the
+ *   client meant its request to be protected, and running it unguarded would hide that it is not.
  */
 export function parseIdempotencyKey(value: string | readonly string[] | null | undefined): ParsedKeyHeader {
   if (value === undefined || value === null) return ABSENT;
@@ -44,7 +46,7 @@ export function parseIdempotencyKey(value: string | readonly string[] | null | u
     return parseIdempotencyKey(value[0]);
   }
   const text = value.trim();
-  if (text.length === 0) return ABSENT;
+  if (text.length === 0) return malformed("the header is present but empty; send a key of 1-255 bytes");
   const key = text.startsWith('"') ? unquote(text) : bare(text);
   if (typeof key !== "string") return key;
   if (key.length === 0) return malformed("the key is empty");

@@ -209,6 +209,17 @@ export function behaviourTable(surface: Surface): void {
       expect(script.runs).toBe(1);
     });
 
+    it("a present but empty key (empty, whitespace only, empty quotes) is a 400 problem; nothing runs", async () => {
+      const app = await start();
+      for (const empty of ["", "   ", '""']) {
+        const refused = await app.call({ key: empty });
+        expect(refused.status).toBe(400);
+        expect(refused.headers.get("content-type")).toBe("application/problem+json");
+        expect(problem(refused)).toMatchObject({ type: problemType("key-malformed"), status: 400 });
+      }
+      expect(script.runs).toBe(0);
+    });
+
     it("a quoted key and the same bare key are one key", async () => {
       const app = await start();
       const id = randomUUID();

@@ -27,7 +27,6 @@ describe("Idempotency-Key header (§6.1)", () => {
     ["undefined", undefined],
     ["null", null],
     ["an empty array", []],
-    ["whitespace only", "   "],
   ])("treats %s as absent", (_name, value) => {
     expect(parseIdempotencyKey(value)).toEqual({ kind: "absent" });
   });
@@ -40,7 +39,12 @@ describe("Idempotency-Key header (§6.1)", () => {
   });
 
   it.each([
+    ["an empty value (the header present without a key)", ""],
+    ["whitespace only", "   "],
+    ["a tab only", "\t"],
+    ["an empty value in an array", [""]],
     ["an empty quoted string", '""'],
+    ["an empty quoted string with whitespace around it", '  ""  '],
     ["an unterminated string", '"abc'],
     ['an escape other than \\" and \\\\', '"a\\nb"'],
     ["a repeated header joined by Node", "abc, def"],
