@@ -9,10 +9,15 @@
  * `oncely-local` on an emulator, else the credentials' project), `kind` (default `OncelyRecord`).
  * The opened backend's namespace is the Datastore namespace.
  *
+ * On an emulator (a URL host, or `DATASTORE_EMULATOR_HOST`) nothing asks the GCE metadata server: the
+ * project is always explicit, and the client is told its universe domain, which it would otherwise
+ * ask the credentials (and so the metadata server) for. One TCP connect to the emulator comes first,
+ * so a port nobody listens on fails at once ("cannot reach the Datastore emulator at host:port …").
+ *
  * `firestore.ts` parses its URLs with the same `parseGoogleUrl`.
  */
-import { ConfigurationError } from "../core/errors.js";
-import { connectTimeout, loadDriver, parseUrl, reachWithin, redactUrl } from "./support.js";
+import { ConfigurationError, StorageError } from "../core/errors.js";
+import { connectTimeout, loadDriver, parseUrl, reachWithin, redactUrl, tcpReachable } from "./support.js";
 import type { RegistryEntry } from "./types.js";
 
 /**
@@ -91,6 +96,26 @@ async function closeDatastore(client: unknown): Promise<void> {
   }
 }
 
+/**
+ * One TCP connect to the emulator at `host` within `timeoutMs`: a dead port is refused in
+ * milliseconds, where the client would retry its first request until the probe's deadline.
+ */
+async function reachEmulator(host: string, timeoutMs: number): Promise<void> {
+  try {
+    await tcpReachable(host, timeoutMs);
+  } catch (cause) {
+    const code = (cause as NodeJS.ErrnoException).code;
+    const why =
+      code === "ECONNREFUSED"
+        ? "connection refused (ECONNREFUSED): is the emulator running on that port?"
+        : (code ?? (cause instanceof Error ? cause.message : String(cause)));
+    throw new StorageError(
+      `cannot reach the Datastore emulator at ${host} within ${Math.ceil(timeoutMs / 1_000)} s: ${why}`,
+      { backend: "datastore", operation: "connect", cause },
+    );
+  }
+}
+
 export const datastore: RegistryEntry = {
   name: "datastore",
   schemes: ["datastore:"],
@@ -109,9 +134,15 @@ export const datastore: RegistryEntry = {
       () => import("@google-cloud/datastore"),
     );
     const { DatastoreBackend } = await import("../backends/datastore/index.js");
+    const emulatorHost = parsed.host ?? (parsed.emulator ? process.env.DATASTORE_EMULATOR_HOST : undefined);
+    if (emulatorHost !== undefined) await reachEmulator(emulatorHost, timeoutMs);
     const client = new driver.Datastore({
       ...(parsed.projectId === undefined ? {} : { projectId: parsed.projectId }),
       ...(parsed.host === undefined ? {} : { apiEndpoint: parsed.host }),
+      // The client checks the universe domain it is given against the credentials' one, and without
+      // one asks the credentials, which on a machine without ADC means the GCE metadata server. An
+      // emulator has no credentials to ask (the client talks plaintext to it, unauthenticated).
+      ...(emulatorHost === undefined ? {} : { universeDomain: "googleapis.com" }),
     });
     try {
       const backend = new DatastoreBackend({
@@ -122,7 +153,7 @@ export const datastore: RegistryEntry = {
       await reachWithin("datastore", `connect to ${redactUrl(url)}`, timeoutMs, () =>
         backend.get("oncely-registry-probe"),
       );
-      const where = parsed.host ?? (parsed.emulator ? process.env.DATASTORE_EMULATOR_HOST : "Google Cloud");
+      const where = emulatorHost ?? "Google Cloud";
       return {
         backend,
         label: `Datastore ${where} project ${parsed.projectId ?? "(from credentials)"} kind ${backend.kind}`,
