@@ -545,6 +545,29 @@ export function backendContract<B extends Backend>(
       assert.equal((await lock(`${base}\uD83C\uDF89`, work, lockOptions)).kind, "ran", "a pair is fine");
     });
 
+    test("keys holding NUL (U+0000) are refused with InvalidKeyError on every backend, by lock and mutex", async (f) => {
+      // PostgreSQL's text cannot hold NUL at all; the other stores can. One answer everywhere: refused.
+      const base = `order-${randomUUID()}`;
+      let ran = 0;
+      const work = async () => {
+        ran++;
+        return "charged";
+      };
+      const verbOptions = { backend: f.backend, leaseMs: f.lease, ttlMs: f.ttl, clock: f.clock };
+      for (const k of [`${base}\u0000`, `\u0000${base}`, `${base}\u0000x`, "\u0000"]) {
+        for (const call of [() => lock(k, work, verbOptions), () => mutex(k, work, verbOptions)]) {
+          await assert.rejects(call, (error: unknown) => {
+            assert.ok(error instanceof InvalidKeyError, `expected InvalidKeyError, got ${String(error)}`);
+            assert.match(error.message, /NUL \(U\+0000\)/);
+            return true;
+          });
+        }
+      }
+      assert.equal(ran, 0, "the work never ran");
+      assert.equal((await lock(base, work, verbOptions)).kind, "ran", "the key without the NUL is a new key");
+      assert.equal(ran, 1);
+    });
+
     test("a fingerprint is stored with the claim and reported to held and done callers", async (f) => {
       const k = key();
       const claim = expectWon(await f.claim(k, newToken(), { fingerprint: "sha256:abc" }));

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { InvalidKeyError } from "../../src/core/errors.js";
-import { MAX_KEY_BYTES, validateKey } from "../../src/core/keys.js";
+import { keyTextProblem, MAX_KEY_BYTES, validateKey } from "../../src/core/keys.js";
 
 function refusal(key: unknown): InvalidKeyError {
   try {
@@ -14,7 +14,7 @@ function refusal(key: unknown): InvalidKeyError {
 
 describe("validateKey", () => {
   it("accepts ordinary keys, surrogate pairs and keys of exactly the byte limit", () => {
-    for (const key of ["order-1", "pubsub:sub:123", "日本", "🎉", "a\u0000b", "x".repeat(MAX_KEY_BYTES)]) {
+    for (const key of ["order-1", "pubsub:sub:123", "日本", "🎉", "a\u0001b", "x".repeat(MAX_KEY_BYTES)]) {
       expect(() => validateKey(key)).not.toThrow();
     }
     expect(() => validateKey("é".repeat(MAX_KEY_BYTES / 2))).not.toThrow();
@@ -48,11 +48,26 @@ describe("validateKey", () => {
     expect(message).toContain(`lone surrogate ${where}`);
   });
 
+  it.each([
+    ["inside", "a\u0000b", "at index 1"],
+    ["at the end", "order-1\u0000", "at index 7"],
+    ["at the start", "\u0000order-1", "at index 0"],
+    ["alone", "\u0000", "at index 0"],
+  ])("refuses NUL %s, saying why (PostgreSQL cannot store it, so no backend may)", (_name, key, where) => {
+    const message = refusal(key).message;
+    expect(message).toContain(`key holds NUL (U+0000) ${where}`);
+    expect(message).toContain("PostgreSQL cannot store it");
+  });
+
+  it("refuses NUL even in a key over the byte limit (checked first)", () => {
+    expect(refusal(`${"x".repeat(2000)}\u0000`).message).toContain("NUL (U+0000)");
+  });
+
   it("refuses a lone surrogate even in a key over the byte limit (checked first)", () => {
     expect(refusal(`${"x".repeat(2000)}\uD800`).message).toContain("not well-formed");
   });
 
-  it("agrees with String.prototype.isWellFormed on every single code unit", () => {
+  it("agrees with String.prototype.isWellFormed on every single code unit but NUL", () => {
     const isWellFormed = (s: string) => (s as unknown as { isWellFormed(): boolean }).isWellFormed();
     const disagreements: number[] = [];
     for (let unit = 0; unit <= 0xffff; unit++) {
@@ -63,8 +78,26 @@ describe("validateKey", () => {
       } catch {
         accepted = false;
       }
-      if (accepted !== isWellFormed(key)) disagreements.push(unit);
+      if (accepted !== (isWellFormed(key) && unit !== 0)) disagreements.push(unit);
     }
     expect(disagreements).toEqual([]);
+  });
+});
+
+describe("keyTextProblem: the rule for every string that names a record", () => {
+  it("is undefined for well-formed text without NUL, whatever its length", () => {
+    for (const text of ["t", "tenant-a", "t\uFFFD", "t\uD83C\uDF89", "", "x".repeat(5000)]) {
+      expect(keyTextProblem(text, "scope")).toBeUndefined();
+    }
+  });
+
+  it("names the value it checks in the reason", () => {
+    expect(keyTextProblem("t\uD800", "scope")).toBe(
+      "scope is not well-formed UTF-16: a lone surrogate \\ud800 at index 1 " +
+        "(stores would read it back as U+FFFD, merging distinct values)",
+    );
+    expect(keyTextProblem("t\uDC00", "payloadHash")).toMatch(/^payloadHash is not well-formed UTF-16/);
+    expect(keyTextProblem("t\u0000", "scope")).toMatch(/^scope holds NUL \(U\+0000\) at index 1/);
+    expect(keyTextProblem("t\u0000")).toMatch(/^key holds NUL/);
   });
 });
