@@ -1,11 +1,12 @@
 import { defineConfig } from "tsup";
+import { BACKENDS } from "./src/backends/declarations.js";
 
 export default defineConfig([
   {
     entry: {
       index: "src/index.ts",
-      sqlite: "src/backends/sqlite/index.ts",
-      redis: "src/backends/redis/index.ts",
+      // one entry per declared backend: oncely/<name>
+      ...Object.fromEntries(BACKENDS.map((backend) => [backend.name, backend.entry])),
       pubsub: "src/pubsub/index.ts",
       http: "src/http/index.ts",
       express: "src/adapters/express/index.ts",
@@ -14,13 +15,8 @@ export default defineConfig([
       testing: "src/testing/index.ts",
       "testing/pubsub": "src/testing/pubsub.ts",
       "backend-kit": "src/backend-kit.ts",
-      datastore: "src/backends/datastore/index.ts",
-      firestore: "src/backends/firestore/index.ts",
-      dynamodb: "src/backends/dynamodb/index.ts",
-      postgres: "src/postgres.ts",
       rabbitmq: "src/brokers/rabbitmq/index.ts",
       nats: "src/brokers/nats/index.ts",
-      mysql: "src/backends/mysql/index.ts",
     },
     format: ["esm", "cjs"],
     dts: true,
@@ -29,6 +25,9 @@ export default defineConfig([
     target: "node20",
     splitting: true,
     treeshake: true,
+    // The CJS files get `import.meta.url` from their own `__filename` (for the lazy lookup of
+    // @opentelemetry/api in src/core/opentelemetry.ts); nothing else uses a shim.
+    shims: true,
   },
   {
     entry: { "cli/main": "src/cli/main.ts" },

@@ -1,8 +1,10 @@
 /**
- * The shape of one registry entry: how a store named by a URL is opened. See `index.ts` for how to add
- * one.
+ * The shape of a backend's declaration (`src/backends/<name>/declaration.ts`): its URL schemes, how a
+ * store named by a URL is opened, its driver peers, its capabilities and its subpath export. The
+ * registry, the CLI, the test subjects, the build entries and the `exports` check all read the one
+ * list of declarations (`src/backends/declarations.ts`); CONTRIBUTING.md says how to add one.
  */
-import type { Backend } from "../core/types.js";
+import type { Backend, BackendCapabilities } from "../core/types.js";
 
 /** What every entry's `open` receives besides the URL. */
 export interface OpenOptions {
@@ -30,9 +32,12 @@ export interface OpenedBackend {
   close(): Promise<void>;
 }
 
-/** One store the registry can open. */
+/** How a store named by a URL is opened: the registry's part of a backend's declaration. */
 export interface RegistryEntry {
-  /** The backend's name, as in `Backend.name` and in error prefixes: `sqlite`, `redis`, … */
+  /**
+   * The backend's name, as in `Backend.name`, in error prefixes, in `ONCELY_BACKENDS` and as its
+   * subpath export `oncely/<name>`: `sqlite`, `redis`, …
+   */
   readonly name: string;
   /** The URL schemes it serves, with their colon: `["redis:", "rediss:"]`. */
   readonly schemes: readonly string[];
@@ -49,4 +54,21 @@ export interface RegistryEntry {
    * `connectTimeoutMs` (else `StorageError`, with the driver's error as `cause`).
    */
   open(url: string, options: OpenOptions): Promise<OpenedBackend>;
+}
+
+/** One backend, as its folder declares it: everything outside the folder is derived from this. */
+export interface BackendDeclaration extends RegistryEntry {
+  /**
+   * The npm packages of the drivers it takes, optional peer dependencies of oncely (checked against
+   * package.json by `scripts/check-exports.mjs`); the first is the one its URLs open with.
+   */
+  readonly peers: readonly [string, ...string[]];
+  /**
+   * What the backend declares (`Backend.capabilities`) when opened from a URL, i.e. with its default
+   * options: the constant the backend class itself reads, checked on an opened one by the registry
+   * test.
+   */
+  readonly capabilities: BackendCapabilities;
+  /** The source of its subpath export `oncely/<name>` (a tsup entry, a package.json export). */
+  readonly entry: string;
 }

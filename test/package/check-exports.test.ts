@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -46,5 +46,34 @@ describe("scripts/check-exports.mjs (run by npm run check:package)", () => {
     expect(out).toContain(
       'package.json exports "./sqlite".import.default is "./dist/sqlite.mjs", but entry "sqlite" builds ./dist/sqlite.js',
     );
+  });
+
+  it("names a declared backend's driver that package.json lacks as an optional peer", () => {
+    const at = mkdtempSync(join(dir, "peers-"));
+    const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
+    delete pkg.peerDependencies.pg;
+    pkg.peerDependenciesMeta.mysql2 = { optional: false };
+    writeFileSync(join(at, "package.json"), JSON.stringify(pkg, null, 2));
+    copyFileSync(join(root, "tsup.config.ts"), join(at, "tsup.config.ts"));
+    const { code, out } = check(at);
+    expect(code).toBe(1);
+    expect(out).toContain(
+      "src/backends/postgres/declaration.ts names the driver pg, which package.json lacks as an optional peer dependency",
+    );
+    expect(out).toContain("src/backends/mysql/declaration.ts names the driver mysql2");
+  });
+
+  it("names a backend folder that is not in the list, or lacks the convention's files", () => {
+    const at = mkdtempSync(join(dir, "folders-"));
+    cpSync(join(root, "src"), join(at, "src"), { recursive: true });
+    copyFileSync(join(root, "package.json"), join(at, "package.json"));
+    copyFileSync(join(root, "tsup.config.ts"), join(at, "tsup.config.ts"));
+    mkdirSync(join(at, "src/backends/ghost"));
+    writeFileSync(join(at, "src/backends/ghost/ghost-backend.ts"), "export {};\n");
+    const { code, out } = check(at);
+    expect(code).toBe(1);
+    expect(out).toContain("src/backends/ghost/ is not in src/backends/declarations.ts");
+    expect(out).toContain("src/backends/ghost/ has no declaration.ts");
+    expect(out).toContain("src/backends/ghost/ has no ghost-client.ts");
   });
 });

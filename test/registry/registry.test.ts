@@ -3,6 +3,7 @@ import { createServer, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { sqliteFile } from "../../src/backends/sqlite/declaration.js";
 import { ConfigurationError, StorageError } from "../../src/core/errors.js";
 import {
   checkBackendUrl,
@@ -13,7 +14,6 @@ import {
   openBackend,
   redactUrl,
 } from "../../src/registry/index.js";
-import { sqliteFile } from "../../src/registry/sqlite.js";
 import { loadDriver } from "../../src/registry/support.js";
 import { forEachSubject } from "../support/subjects.js";
 

@@ -9,15 +9,13 @@
  * and a test that does not apply to a backend's capabilities is skipped the same way, by
  * `describe.skipIf`/`it.skipIf` with the reason in its name, never by an early `return`.
  *
- * HOW TO ADD A SUBJECT (after adding the store's registry entry, see src/registry/index.ts):
- * append one `SubjectDefinition` to `DEFINITIONS` below:
+ * THE SUBJECTS ARE THE DECLARED BACKENDS (`src/backends/declarations.ts`), in that order, each with the
+ * capabilities its declaration states (checked when a store opens). What a test file needs on top is
+ * how to reach an isolated store of that backend on this machine: a `TestStore` in `STORES` below,
  *
  * ```ts
- * {
- *   name: "postgres",                       // the registry entry's name (and ONCELY_BACKENDS's)
+ * postgres: {
  *   expected: true,                         // its service runs on the development machines and in CI
- *   capabilities: { serverClock: true, notifications: true, nativeTtl: false, batchClaim: false,
- *                   multiProcess: true },    // what the backend declares (checked when a store opens)
  *   start: async () => {                    // once per test file, before the first store is opened
  *     const url = process.env.ONCELY_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
  *     return {
@@ -28,6 +26,9 @@
  * },
  * ```
  *
+ * A backend without one runs on the store `ONCELY_<NAME>_URL` names (and only when `ONCELY_BACKENDS`
+ * selects it); without that variable it is skipped, saying so.
+ *
  * A store whose service the test setup starts itself (an emulator) does so in `start` and stops
  * it, by PID, in `cleanup`.
  */
@@ -36,6 +37,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe } from "vitest";
+import { BACKENDS } from "../../src/backends/declarations.js";
 import type { Backend, BackendCapabilities } from "../../src/core/types.js";
 import { type OpenedBackend, openBackend } from "../../src/registry/index.js";
 import { startDatastoreEmulator } from "./datastore-emulator.js";
@@ -49,14 +51,10 @@ export interface StartedStore {
   cleanup(namespaces: readonly string[]): Promise<void>;
 }
 
-/** One entry of the list: a store, what it can do, and how to start using it. */
-export interface SubjectDefinition {
-  /** The registry entry's name: `sqlite`, `redis`, … */
-  readonly name: string;
+/** How tests reach an isolated store of one declared backend on this machine. */
+export interface TestStore {
   /** True when the store's service is expected on this machine (then it runs by default). */
   readonly expected: boolean;
-  /** The capabilities the backend declares; a store that opens with others fails the test. */
-  readonly capabilities: BackendCapabilities;
   /**
    * The crash storm's lease for a store whose round trips are slow (an emulator): its store-call
    * deadline is half the lease, so a slow store gets room instead of timed-out completes.
@@ -94,17 +92,9 @@ export interface Subject {
   attach(): void;
 }
 
-const DEFINITIONS: readonly SubjectDefinition[] = [
-  {
-    name: "sqlite",
+const STORES: Readonly<Record<string, TestStore>> = {
+  sqlite: {
     expected: true,
-    capabilities: {
-      serverClock: false,
-      notifications: false,
-      nativeTtl: false,
-      batchClaim: false,
-      multiProcess: true,
-    },
     start: async () => {
       const dir = mkdtempSync(join(tmpdir(), "oncely-subject-sqlite-"));
       return {
@@ -113,16 +103,8 @@ const DEFINITIONS: readonly SubjectDefinition[] = [
       };
     },
   },
-  {
-    name: "redis",
+  redis: {
     expected: true,
-    capabilities: {
-      serverClock: true,
-      notifications: true,
-      nativeTtl: true,
-      batchClaim: true,
-      multiProcess: true,
-    },
     start: async () => {
       const url = process.env.ONCELY_REDIS_URL ?? "redis://127.0.0.1:6379";
       return {
@@ -146,16 +128,8 @@ const DEFINITIONS: readonly SubjectDefinition[] = [
       };
     },
   },
-  {
-    name: "postgres",
+  postgres: {
     expected: true,
-    capabilities: {
-      serverClock: true,
-      notifications: true,
-      nativeTtl: false,
-      batchClaim: false,
-      multiProcess: true,
-    },
     start: async () => {
       // a schema of the file's own (the registry migrates the table into it), dropped afterwards
       const base = process.env.ONCELY_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
@@ -177,18 +151,10 @@ const DEFINITIONS: readonly SubjectDefinition[] = [
       };
     },
   },
-  {
-    name: "mysql",
+  mysql: {
     // MariaDB runs on the development machines; opt in with ONCELY_BACKENDS=mysql (the MySQL contract,
     // model, fault and demo tests run it regardless)
     expected: false,
-    capabilities: {
-      serverClock: true,
-      notifications: false,
-      nativeTtl: false,
-      batchClaim: false,
-      multiProcess: true,
-    },
     start: async () => {
       // a database of the file's own (the registry migrates the table into it), dropped afterwards
       const base = new URL(process.env.ONCELY_MYSQL_URL ?? "mysql://root@127.0.0.1:3306/test");
@@ -209,19 +175,11 @@ const DEFINITIONS: readonly SubjectDefinition[] = [
       };
     },
   },
-  {
-    name: "datastore",
+  datastore: {
     expected: true, // the emulator jar ships with the machine's google-cloud-cli; a missing one fails loudly
     // The emulator manages under a hundred claim+complete cycles a second here: a 2 s lease leaves
     // its completes a 1 s deadline, which a loaded machine misses.
     stormLeaseMs: 4_000,
-    capabilities: {
-      serverClock: false,
-      notifications: false,
-      nativeTtl: true,
-      batchClaim: false,
-      multiProcess: true,
-    },
     start: async () => {
       const emulator = await startDatastoreEmulator(); // in memory: stopping it leaves nothing behind
       return {
@@ -230,18 +188,10 @@ const DEFINITIONS: readonly SubjectDefinition[] = [
       };
     },
   },
-  {
-    name: "dynamodb",
+  dynamodb: {
     // dynalite in a child process of the file; opt in with ONCELY_BACKENDS=dynamodb (the DynamoDB
     // contract, model and demo tests run it regardless)
     expected: false,
-    capabilities: {
-      serverClock: false,
-      notifications: false,
-      nativeTtl: true,
-      batchClaim: false,
-      multiProcess: true,
-    },
     start: async () => {
       const dynalite = await startDynalite(); // in memory: stopping it leaves nothing behind
       return {
@@ -250,7 +200,29 @@ const DEFINITIONS: readonly SubjectDefinition[] = [
       };
     },
   },
-];
+};
+
+/** A subject's definition: its declaration's name and capabilities, and how tests reach its store. */
+interface SubjectDefinition extends Partial<TestStore> {
+  readonly name: string;
+  readonly capabilities: BackendCapabilities;
+}
+
+/** The variable naming a store of `name` for a backend without a `TestStore`: `ONCELY_<NAME>_URL`. */
+const urlVariable = (name: string) => `ONCELY_${name.toUpperCase()}_URL`;
+
+/** A backend without a `TestStore`: the store `ONCELY_<NAME>_URL` names, isolated by namespaces only. */
+function storeFromEnvironment(name: string): Partial<TestStore> {
+  const url = process.env[urlVariable(name)];
+  if (url === undefined || url === "") return {};
+  return { expected: false, start: async () => ({ url: () => url, cleanup: async () => {} }) };
+}
+
+const DEFINITIONS: readonly SubjectDefinition[] = BACKENDS.map((declared) => ({
+  ...(STORES[declared.name] ?? storeFromEnvironment(declared.name)),
+  name: declared.name,
+  capabilities: declared.capabilities,
+}));
 
 /** Every subject's name, enabled or not. */
 export const SUBJECT_NAMES: readonly string[] = DEFINITIONS.map((d) => d.name);
@@ -294,12 +266,16 @@ class FileSubject implements Subject {
     this.name = definition.name;
     this.capabilities = definition.capabilities;
     this.stormLeaseMs = definition.stormLeaseMs;
-    this.enabled = selected === undefined ? definition.expected : selected.has(definition.name);
+    const reachable = definition.start !== undefined;
+    this.enabled =
+      reachable && (selected === undefined ? definition.expected === true : selected.has(definition.name));
     this.skipReason = this.enabled
       ? undefined
-      : selected === undefined
-        ? "its service is not expected on this machine; set ONCELY_BACKENDS"
-        : "not in ONCELY_BACKENDS";
+      : !reachable
+        ? `no test store for it in test/support/subjects.ts; set ${urlVariable(definition.name)}`
+        : selected === undefined
+          ? "its service is not expected on this machine; set ONCELY_BACKENDS"
+          : "not in ONCELY_BACKENDS";
   }
 
   /** Registers the cleanup (`afterAll`) in the current describe; `forEachSubject` calls it. */
@@ -315,7 +291,9 @@ class FileSubject implements Subject {
   async fresh(label: string): Promise<FreshStore> {
     if (!this.enabled) throw new Error(`subject ${this.name} is disabled: ${this.skipReason}`);
     if (!this.#attached) throw new Error(`subject ${this.name}: attach() it first (forEachSubject does)`);
-    this.#started ??= this.#definition.start();
+    const start = this.#definition.start;
+    if (start === undefined) throw new Error(`subject ${this.name} has no test store`);
+    this.#started ??= start();
     const store = await this.#started;
     const safe = label.replace(/[^A-Za-z0-9_.-]/g, "-").slice(0, 24);
     const n = ++this.#labels;

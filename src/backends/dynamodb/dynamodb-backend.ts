@@ -161,6 +161,18 @@ function bytes(value: unknown): Uint8Array | undefined {
 }
 
 /**
+ * What every DynamoDB backend declares: the injected clock, polled waits, and native expiry (with
+ * TTL enabled on `expiresAt`, which `createDynamoDBTable` does, DynamoDB deletes expired items).
+ */
+export const DYNAMODB_CAPABILITIES: BackendCapabilities = Object.freeze({
+  serverClock: false,
+  notifications: false,
+  nativeTtl: true,
+  batchClaim: false,
+  multiProcess: true,
+});
+
+/**
  * DynamoDB, through the user's `DynamoDBClient`: every transition is one conditional write (a claim
  * is a `PutItem` conditioned on the item as last seen, absent first; complete, release and renew are
  * `UpdateItem`s conditioned on state and fence; the conditions are in `expressions.ts`).
@@ -171,14 +183,7 @@ function bytes(value: unknown): Uint8Array | undefined {
  */
 export class DynamoDBBackend implements Backend {
   readonly name = "dynamodb";
-  readonly capabilities: BackendCapabilities = {
-    serverClock: false,
-    notifications: false,
-    /** With TTL enabled on `expiresAt` (`createDynamoDBTable` does it), DynamoDB deletes expired items. */
-    nativeTtl: true,
-    batchClaim: false,
-    multiProcess: true,
-  };
+  readonly capabilities: BackendCapabilities = DYNAMODB_CAPABILITIES;
   /** The table this backend reads and writes. */
   readonly table: string;
   /** The attribute names in use. */

@@ -22,6 +22,7 @@ import {
   type PurgeOptions,
   type StoredRecord,
 } from "../../core/types.js";
+import { Waiters } from "../shared/waiters.js";
 
 export interface MemoryBackendOptions {
   /**
@@ -64,13 +65,14 @@ export class MemoryBackend implements Backend {
    * its own id, with no string built per call).
    */
   readonly #prefix: string;
-  readonly #waiters = new Map<string, Set<() => void>>();
+  readonly #waiters: Waiters;
   /** Whether the map came from `options.map` (others may write to it). */
   readonly #shared: boolean;
 
   constructor(options: MemoryBackendOptions = {}) {
     this.#map = options.map ?? new Map();
     this.#clock = options.clock ?? systemClock;
+    this.#waiters = new Waiters({ clock: this.#clock });
     this.#maxSize = options.maxSize ?? 10_000;
     const namespace = validateNamespace(this.name, options.namespace);
     this.#shared = options.map !== undefined;
@@ -198,36 +200,15 @@ export class MemoryBackend implements Backend {
 
   /** Resolves on the next write to `key`, or after `timeoutMs`. */
   waitForChange(key: string, timeoutMs: number, signal?: AbortSignal): Promise<void> {
-    const id = this.#prefix + key;
-    return new Promise<void>((resolve) => {
-      let waiters = this.#waiters.get(id);
-      if (waiters === undefined) {
-        waiters = new Set();
-        this.#waiters.set(id, waiters);
-      }
-      const set = waiters;
-      const done = () => {
-        this.#clock.clearTimeout(timer);
-        signal?.removeEventListener("abort", done);
-        set.delete(done);
-        if (set.size === 0 && this.#waiters.get(id) === set) this.#waiters.delete(id);
-        resolve();
-      };
-      const timer = this.#clock.setTimeout(done, timeoutMs);
-      signal?.addEventListener("abort", done, { once: true });
-      set.add(done);
-    });
+    return this.#waiters.wait(this.#prefix + key, timeoutMs, signal);
   }
 
   async close(): Promise<void> {
-    for (const waiters of this.#waiters.values()) for (const wake of [...waiters]) wake();
+    this.#waiters.wakeAll();
   }
 
   #notify(id: string): void {
-    // Nobody waits on most writes: no lookup then (every claim and complete writes).
-    if (this.#waiters.size === 0) return;
-    const waiters = this.#waiters.get(id);
-    if (waiters !== undefined) for (const wake of [...waiters]) wake();
+    this.#waiters.wake(id);
   }
 
   #dropExpired(now: number): number {

@@ -50,6 +50,15 @@ export interface MysqlBackendOptions extends SqlServerOptions {
 }
 
 const BACKEND = "mysql";
+
+/** What every MySQL/MariaDB backend declares: the database clock, polled waits, purged expiry. */
+export const MYSQL_CAPABILITIES: BackendCapabilities = Object.freeze({
+  serverClock: true,
+  notifications: false,
+  nativeTtl: false,
+  batchClaim: false,
+  multiProcess: true,
+});
 /** The driver codes of a missing records table and of a missing claim procedure (`migrate()` fixes both). */
 const MISSING = new Set(["ER_NO_SUCH_TABLE", "ER_SP_DOES_NOT_EXIST"]);
 
@@ -91,13 +100,7 @@ function int(value: unknown, what: string): number {
  */
 export class MysqlBackend implements Backend {
   readonly name = BACKEND;
-  readonly capabilities: BackendCapabilities = {
-    serverClock: true,
-    notifications: false,
-    nativeTtl: false,
-    batchClaim: false,
-    multiProcess: true,
-  };
+  readonly capabilities: BackendCapabilities = MYSQL_CAPABILITIES;
   readonly #source: ConnectionSource<MysqlConnectionLike>;
   readonly #runStatement: MysqlRun;
   readonly #namespace: string;

@@ -53,6 +53,18 @@ export interface PostgresBackendOptions extends SqlServerOptions {
 }
 
 const BACKEND = "postgres";
+
+/**
+ * What a PostgreSQL backend declares with its default options: the database clock, LISTEN/NOTIFY
+ * waits (`notifications: false` turns them off), purged expiry.
+ */
+export const POSTGRES_CAPABILITIES: BackendCapabilities = Object.freeze({
+  serverClock: true,
+  notifications: true,
+  nativeTtl: false,
+  batchClaim: false,
+  multiProcess: true,
+});
 /** How many times a claim runs again after its function found the row settled under the lock. */
 const CLAIM_ATTEMPTS = 10;
 const SCHEMA_VERSION = POSTGRES_SCHEMA_VERSION;
@@ -135,13 +147,7 @@ export class PostgresBackend implements Backend {
       ? new PgNotifications(this.#pool, this.#table, this.#namespace, this.#timeoutMs)
       : undefined;
     this.#gate = new SchemaGate(() => (this.#autoMigrate ? this.migrate() : this.#checkSchema()));
-    this.capabilities = {
-      serverClock: true,
-      notifications: notify,
-      nativeTtl: false,
-      batchClaim: false,
-      multiProcess: true,
-    };
+    this.capabilities = notify ? POSTGRES_CAPABILITIES : { ...POSTGRES_CAPABILITIES, notifications: false };
   }
 
   /**

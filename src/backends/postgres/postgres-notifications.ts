@@ -9,6 +9,7 @@
  * wait builds a new one.
  */
 import { createHash } from "node:crypto";
+import { Waiters } from "../shared/waiters.js";
 import type { PgClientLike, PgNotificationLike, PgPoolLike } from "./postgres-client.js";
 import { channelQuery } from "./postgres-statements.js";
 
@@ -33,7 +34,7 @@ export class PgNotifications {
   /** The table's channel, resolved by the server with the first listening connection. */
   #channel: string | undefined;
   readonly #connectTimeoutMs: number;
-  readonly #waiters = new Map<string, Set<() => void>>();
+  readonly #waiters = new Waiters();
   #listener: Promise<PgClientLike> | undefined;
   #listening = false;
   #generation = 0;
@@ -66,33 +67,11 @@ export class PgNotifications {
     signal: AbortSignal | undefined,
     watch: () => Promise<boolean>,
   ): Promise<void> {
-    const topic = topicOf(this.#namespace, key);
-    return new Promise<void>((resolve) => {
-      if (this.#closed || signal?.aborted) {
-        resolve();
-        return;
-      }
-      let set = this.#waiters.get(topic);
-      if (set === undefined) {
-        set = new Set();
-        this.#waiters.set(topic, set);
-      }
-      const waiters = set;
-      const done = () => {
-        clearTimeout(timer);
-        signal?.removeEventListener("abort", done);
-        waiters.delete(done);
-        if (waiters.size === 0 && this.#waiters.get(topic) === waiters) this.#waiters.delete(topic);
-        resolve();
-      };
-      const timer = setTimeout(done, Math.max(0, timeoutMs));
-      timer.unref?.();
-      signal?.addEventListener("abort", done, { once: true });
-      waiters.add(done);
+    return this.#waiters.wait(topicOf(this.#namespace, key), timeoutMs, signal, (wake) => {
       this.#ensure()
         .then(watch)
         .then((held) => {
-          if (!held && waiters.has(done)) done();
+          if (!held) wake();
         })
         .catch(() => {
           // no listener or no mark: the timer is the polling floor
@@ -117,7 +96,9 @@ export class PgNotifications {
   async #connect(generation: number): Promise<PgClientLike> {
     let client: PgClientLike | undefined;
     const onNotification = (message: PgNotificationLike) => {
-      if (message.channel === this.#channel && message.payload !== undefined) this.#wake(message.payload);
+      if (message.channel === this.#channel && message.payload !== undefined) {
+        this.#waiters.wake(message.payload);
+      }
     };
     const drop = (error?: Error) => {
       const c = client;
@@ -129,7 +110,7 @@ export class PgNotifications {
         this.#listening = false;
       }
       c.release(error ?? new Error("listener connection ended"));
-      this.#wakeAll();
+      this.#waiters.wakeAll();
     };
     const timer = setTimeout(() => drop(new Error("LISTEN did not answer in time")), this.#connectTimeoutMs);
     timer.unref?.();
@@ -158,15 +139,6 @@ export class PgNotifications {
     }
   }
 
-  #wake(topic: string): void {
-    const waiters = this.#waiters.get(topic);
-    if (waiters !== undefined) for (const wake of [...waiters]) wake();
-  }
-
-  #wakeAll(): void {
-    for (const topic of [...this.#waiters.keys()]) this.#wake(topic);
-  }
-
   /** Wakes every waiter and destroys the listening connection. */
   async close(): Promise<void> {
     this.#closed = true;
@@ -176,6 +148,6 @@ export class PgNotifications {
     this.#drop = undefined;
     this.#listener = undefined;
     this.#listening = false;
-    this.#wakeAll();
+    this.#waiters.close();
   }
 }

@@ -11,6 +11,7 @@ import type {
   CompleteOptions,
   StoredRecord,
 } from "../../core/types.js";
+import { Waiters } from "../shared/waiters.js";
 import {
   createDriver,
   type Driver,
@@ -71,6 +72,18 @@ export interface RedisBackendOptions {
 }
 
 type Won = Extract<ClaimOutcome, { kind: "won" }>;
+
+/**
+ * What a Redis backend declares with its default options: the server clock, Pub/Sub waits
+ * (`notifications: false` turns them off), native expiry, batch claims.
+ */
+export const REDIS_CAPABILITIES: BackendCapabilities = Object.freeze({
+  serverClock: true,
+  notifications: true,
+  nativeTtl: true,
+  batchClaim: true,
+  multiProcess: true,
+});
 
 function num(value: unknown): number {
   if (typeof value === "number") return value; // RESP integers: every number a script returns
@@ -144,7 +157,7 @@ export class RedisBackend implements Backend {
   readonly #grace: number;
   readonly #notify: boolean;
   readonly #linger: number;
-  readonly #waiters = new Map<string, Set<() => void>>();
+  readonly #waiters = new Waiters({ onIdle: (channel) => this.#scheduleUnsubscribe(channel) });
   readonly #subscribed = new Map<string, Promise<void>>();
   readonly #lingering = new Map<string, ReturnType<typeof setTimeout>>();
   #subscriber: Promise<Subscriber> | undefined;
@@ -173,13 +186,7 @@ export class RedisBackend implements Backend {
     }
     this.#notify = options.notifications ?? true;
     this.#plain = (options.plainClaims ?? true) && this.#driver.plain;
-    this.capabilities = {
-      serverClock: true,
-      notifications: this.#notify,
-      nativeTtl: true,
-      batchClaim: true,
-      multiProcess: true,
-    };
+    this.capabilities = this.#notify ? REDIS_CAPABILITIES : { ...REDIS_CAPABILITIES, notifications: false };
   }
 
   /** The Redis key of a record: the key is the hash tag, so its channel shares its Cluster slot. */
@@ -502,46 +509,21 @@ export class RedisBackend implements Backend {
    */
   waitForChange(key: string, timeoutMs: number, signal?: AbortSignal): Promise<void> {
     const channel = this.#channel(key);
-    return new Promise<void>((resolve) => {
-      if (this.#closed || signal?.aborted) {
-        resolve();
-        return;
-      }
-      let waiters = this.#waiters.get(channel);
-      if (waiters === undefined) {
-        waiters = new Set();
-        this.#waiters.set(channel, waiters);
-      }
-      const set = waiters;
-      const done = () => {
-        clearTimeout(timer);
-        signal?.removeEventListener("abort", done);
-        set.delete(done);
-        if (set.size === 0 && this.#waiters.get(channel) === set) {
-          this.#waiters.delete(channel);
-          this.#scheduleUnsubscribe(channel);
-        }
-        resolve();
-      };
-      const timer = setTimeout(done, Math.max(0, timeoutMs));
-      timer.unref?.();
-      signal?.addEventListener("abort", done, { once: true });
-      set.add(done);
-      if (this.#notify) {
-        // Messages flow once the channel is subscribed *and* the marker is set (completes and releases
-        // publish only when they see it). A change before that is not delivered: compare the record
-        // read now with the one the marker-setting step reads, and wake on a difference.
-        const before = this.get(key).then(snapshot, () => undefined);
-        const markerMs = Math.min(Math.ceil(Math.max(0, timeoutMs)), MAX_DURATION_MS) + MARKER_SLACK_MS;
-        this.#ensureSubscribed(channel)
-          .then(async () => {
-            const [then, now] = await Promise.all([before, this.#watch(key, markerMs).then(snapshot)]);
-            if (then !== now && set.has(done)) done();
-          })
-          .catch(() => {
-            // no subscriber (or no read): the timer is the polling floor
-          });
-      }
+    if (!this.#notify) return this.#waiters.wait(channel, timeoutMs, signal);
+    return this.#waiters.wait(channel, timeoutMs, signal, (wake) => {
+      // Messages flow once the channel is subscribed *and* the marker is set (completes and releases
+      // publish only when they see it). A change before that is not delivered: compare the record
+      // read now with the one the marker-setting step reads, and wake on a difference.
+      const before = this.get(key).then(snapshot, () => undefined);
+      const markerMs = Math.min(Math.ceil(Math.max(0, timeoutMs)), MAX_DURATION_MS) + MARKER_SLACK_MS;
+      this.#ensureSubscribed(channel)
+        .then(async () => {
+          const [then, now] = await Promise.all([before, this.#watch(key, markerMs).then(snapshot)]);
+          if (then !== now) wake();
+        })
+        .catch(() => {
+          // no subscriber (or no read): the timer is the polling floor
+        });
     });
   }
 
@@ -585,14 +567,14 @@ export class RedisBackend implements Backend {
     if (this.#closed) return Promise.reject(new Error("backend closed"));
     if (this.#subscriber === undefined) {
       const made = this.#driver.subscriber(`oncely-subscriber:${this.#namespace}`, {
-        message: (channel) => this.#wake(channel),
-        reconnected: () => this.#wakeAll(),
+        message: (channel) => this.#waiters.wake(channel),
+        reconnected: () => this.#waiters.wakeAll(),
         ended: () => {
           if (this.#subscriber === made) {
             this.#subscriber = undefined;
             this.#subscribed.clear();
           }
-          this.#wakeAll();
+          this.#waiters.wakeAll();
         },
       });
       this.#subscriber = made;
@@ -601,15 +583,6 @@ export class RedisBackend implements Backend {
       });
     }
     return this.#subscriber;
-  }
-
-  #wake(channel: string): void {
-    const waiters = this.#waiters.get(channel);
-    if (waiters !== undefined) for (const wake of [...waiters]) wake();
-  }
-
-  #wakeAll(): void {
-    for (const channel of [...this.#waiters.keys()]) this.#wake(channel);
   }
 
   /** Deletes the key's record outright (fence history included). */
@@ -627,7 +600,7 @@ export class RedisBackend implements Backend {
     this.#closed = true;
     for (const timer of this.#lingering.values()) clearTimeout(timer);
     this.#lingering.clear();
-    this.#wakeAll();
+    this.#waiters.close();
     this.#subscribed.clear();
     const subscriber = this.#subscriber;
     this.#subscriber = undefined;

@@ -50,6 +50,15 @@ export interface SqliteBackendOptions extends SqlTableOptions {
 
 const BACKEND = "sqlite";
 
+/** What every SQLite backend declares: the injected clock, polled waits, purged expiry. */
+export const SQLITE_CAPABILITIES: BackendCapabilities = Object.freeze({
+  serverClock: false,
+  notifications: false,
+  nativeTtl: false,
+  batchClaim: false,
+  multiProcess: true,
+});
+
 /** SQLite's dialect for the shared statements: "now" is the injected clock, bound as a parameter. */
 const sqliteDialect: SqlDialect = {
   backend: BACKEND,
@@ -77,13 +86,7 @@ interface Prepared {
  */
 export class SqliteBackend implements Backend {
   readonly name = BACKEND;
-  readonly capabilities: BackendCapabilities = {
-    serverClock: false,
-    notifications: false,
-    nativeTtl: false,
-    batchClaim: false,
-    multiProcess: true,
-  };
+  readonly capabilities: BackendCapabilities = SQLITE_CAPABILITIES;
   readonly #options: SqliteBackendOptions;
   readonly #table: string;
   readonly #namespace: string;

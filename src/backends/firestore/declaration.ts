@@ -9,14 +9,26 @@
  * else the credentials' project), `collection` (default `oncely_records`).
  */
 
-import { storageError } from "../core/errors.js";
-import { GOOGLE_CONNECT_TIMEOUT_MS, parseGoogleUrl } from "./datastore.js";
-import { connectTimeout, loadDriver, reachWithin, redactUrl, settleWithin, tcpReachable } from "./support.js";
-import type { RegistryEntry } from "./types.js";
+import { storageError } from "../../core/errors.js";
+import { GOOGLE_CONNECT_TIMEOUT_MS, parseGoogleUrl } from "../../registry/datastore.js";
+import {
+  connectTimeout,
+  loadDriver,
+  reachWithin,
+  redactUrl,
+  settleWithin,
+  tcpReachable,
+} from "../../registry/support.js";
+import type { BackendDeclaration } from "../../registry/types.js";
+import { DOCUMENT_CAPABILITIES } from "../document/document-backend.js";
+import { FirestoreBackend } from "./firestore-backend.js";
 
-export const firestore: RegistryEntry = {
+export const firestore: BackendDeclaration = {
   name: "firestore",
   schemes: ["firestore:"],
+  peers: ["@google-cloud/firestore"],
+  capabilities: DOCUMENT_CAPABILITIES,
+  entry: "src/backends/firestore/index.ts",
   describe:
     "firestore://host:port?project=p[&collection=c]  Firestore or its emulator (npm i @google-cloud/firestore)",
   check: (url) => {
@@ -31,7 +43,6 @@ export const firestore: RegistryEntry = {
       "@google-cloud/firestore",
       () => import("@google-cloud/firestore"),
     );
-    const { FirestoreBackend } = await import("../backends/firestore/index.js");
     // ssl: false is how the client recognises an emulator (it then authenticates as the owner).
     const client = new driver.Firestore({
       ...(parsed.projectId === undefined ? {} : { projectId: parsed.projectId }),

@@ -9,9 +9,11 @@
  * `tls=1` (HTTPS to the given host). A local endpoint without AWS credentials in the environment
  * is signed with placeholder ones, which emulators accept.
  */
-import { ConfigurationError, StorageError } from "../core/errors.js";
-import { connectTimeout, loadDriver, parseUrl, reachWithin, redactUrl } from "./support.js";
-import type { RegistryEntry } from "./types.js";
+import { ConfigurationError, StorageError } from "../../core/errors.js";
+import { connectTimeout, loadDriver, parseUrl, reachWithin, redactUrl } from "../../registry/support.js";
+import type { BackendDeclaration } from "../../registry/types.js";
+import { createDynamoDBTable } from "./create-table.js";
+import { DYNAMODB_CAPABILITIES, DynamoDBBackend } from "./dynamodb-backend.js";
 
 const PARAMS = new Set(["table", "region", "create", "tls"]);
 
@@ -66,9 +68,12 @@ function parseDynamoDBUrl(raw: string): DynamoDBUrl {
   return { endpoint, table: url.searchParams.get("table") ?? undefined, region, create: flag(url, "create") };
 }
 
-export const dynamodb: RegistryEntry = {
+export const dynamodb: BackendDeclaration = {
   name: "dynamodb",
   schemes: ["dynamodb:"],
+  peers: ["@aws-sdk/client-dynamodb"],
+  capabilities: DYNAMODB_CAPABILITIES,
+  entry: "src/backends/dynamodb/index.ts",
   describe: "dynamodb://host:port?table=t&region=r[&create=1]  DynamoDB (npm i @aws-sdk/client-dynamodb)",
   check: (url) => {
     parseDynamoDBUrl(url);
@@ -82,7 +87,6 @@ export const dynamodb: RegistryEntry = {
       "@aws-sdk/client-dynamodb",
       () => import("@aws-sdk/client-dynamodb"),
     );
-    const { DynamoDBBackend, createDynamoDBTable } = await import("../backends/dynamodb/index.js");
     const local = parsed.endpoint !== undefined && process.env.AWS_ACCESS_KEY_ID === undefined;
     const client = new sdk.DynamoDBClient({
       region: parsed.region,

@@ -3,9 +3,10 @@
  * created on first use. Needs better-sqlite3.
  */
 import { resolve } from "node:path";
-import { ConfigurationError } from "../core/errors.js";
-import { connectTimeout, loadDriver, reachWithin } from "./support.js";
-import type { RegistryEntry } from "./types.js";
+import { ConfigurationError } from "../../core/errors.js";
+import { connectTimeout, loadDriver, reachWithin } from "../../registry/support.js";
+import type { BackendDeclaration } from "../../registry/types.js";
+import { SQLITE_CAPABILITIES, SqliteBackend } from "./sqlite-backend.js";
 
 /** The file a `sqlite:` URL names, resolved against the working directory. */
 export function sqliteFile(url: string): string {
@@ -18,9 +19,12 @@ export function sqliteFile(url: string): string {
   return resolve(path);
 }
 
-export const sqlite: RegistryEntry = {
+export const sqlite: BackendDeclaration = {
   name: "sqlite",
   schemes: ["sqlite:"],
+  peers: ["better-sqlite3"],
+  capabilities: SQLITE_CAPABILITIES,
+  entry: "src/backends/sqlite/index.ts",
   describe: "sqlite:<path>  a SQLite file on this host (npm i better-sqlite3)",
   check: (url) => void sqliteFile(url),
   async open(url, options) {
@@ -28,7 +32,6 @@ export const sqlite: RegistryEntry = {
     const timeoutMs = connectTimeout("sqlite", options.connectTimeoutMs);
     // The backend loads better-sqlite3 itself; load it here first so a missing driver names the package.
     await loadDriver("sqlite", "sqlite:", "better-sqlite3", () => import("better-sqlite3"));
-    const { SqliteBackend } = await import("../backends/sqlite/index.js");
     const backend = new SqliteBackend({ database: file, namespace: options.namespace });
     // The first read opens the file and creates the table: a path that cannot be written fails here.
     await reachWithin("sqlite", `open ${file}`, timeoutMs, () => backend.get("oncely-registry-probe")).catch(

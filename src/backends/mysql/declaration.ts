@@ -3,9 +3,10 @@
  * a mysql2 pool the entry creates and ends. The table is migrated on first use (`autoMigrate`; the
  * database itself must exist). Needs mysql2.
  */
-import { ConfigurationError } from "../core/errors.js";
-import { connectTimeout, loadDriver, openOnPool, parseUrl, redactUrl } from "./support.js";
-import type { RegistryEntry } from "./types.js";
+import { ConfigurationError } from "../../core/errors.js";
+import { connectTimeout, loadDriver, openOnPool, parseUrl, redactUrl } from "../../registry/support.js";
+import type { BackendDeclaration } from "../../registry/types.js";
+import { MYSQL_CAPABILITIES, MysqlBackend } from "./mysql-backend.js";
 
 interface MysqlPromisePool {
   query(sql: string): Promise<unknown>;
@@ -43,9 +44,12 @@ function parseMysqlUrl(raw: string): { config: Record<string, unknown>; table?: 
   return { config, ...(table === undefined ? {} : { table }) };
 }
 
-export const mysql: RegistryEntry = {
+export const mysql: BackendDeclaration = {
   name: "mysql",
   schemes: ["mysql:", "mariadb:"],
+  peers: ["mysql2"],
+  capabilities: MYSQL_CAPABILITIES,
+  entry: "src/backends/mysql/index.ts",
   describe:
     "mysql://user@host:port/db[?table=t]  MySQL 8 / MariaDB, table created on first use (npm i mysql2)",
   check: (url) => void parseMysqlUrl(url),
@@ -61,7 +65,6 @@ export const mysql: RegistryEntry = {
       () => import("mysql2/promise") as Promise<Mysql2Promise & { default?: Mysql2Promise }>,
     );
     const createPool = (driver.default ?? driver).createPool;
-    const { MysqlBackend } = await import("../backends/mysql/index.js");
     const pool = createPool({ ...parsed.config, connectTimeout: timeoutMs });
     return openOnPool(
       "mysql",

@@ -4,9 +4,10 @@
  * (`autoMigrate`; the schema itself must exist). Other query parameters (`sslmode`, …) go to `pg`.
  * Needs pg.
  */
-import { ConfigurationError } from "../core/errors.js";
-import { connectTimeout, loadDriver, openOnPool, parseUrl, redactUrl } from "./support.js";
-import type { RegistryEntry } from "./types.js";
+import { ConfigurationError } from "../../core/errors.js";
+import { connectTimeout, loadDriver, openOnPool, parseUrl, redactUrl } from "../../registry/support.js";
+import type { BackendDeclaration } from "../../registry/types.js";
+import { POSTGRES_CAPABILITIES, PostgresBackend } from "./postgres-backend.js";
 
 interface PgPool {
   query(text: string): Promise<unknown>;
@@ -37,9 +38,13 @@ function parsePostgresUrl(raw: string): { connectionString: string; schema?: str
   };
 }
 
-export const postgres: RegistryEntry = {
+export const postgres: BackendDeclaration = {
   name: "postgres",
   schemes: ["postgres:", "postgresql:"],
+  peers: ["pg"],
+  capabilities: POSTGRES_CAPABILITIES,
+  // the subpath export carries the transactional reservation (SPEC §7) beside the backend
+  entry: "src/postgres.ts",
   describe:
     "postgres://user@host:port/db[?schema=s&table=t]  PostgreSQL, table created on first use (npm i pg)",
   check: (url) => void parsePostgresUrl(url),
@@ -55,7 +60,6 @@ export const postgres: RegistryEntry = {
       () => import("pg") as Promise<{ default?: { Pool?: unknown }; Pool?: unknown }>,
     );
     const Pool = (pg.default?.Pool ?? pg.Pool) as PgPoolConstructor;
-    const { PostgresBackend } = await import("../backends/postgres/index.js");
     const pool = new Pool({
       connectionString: parsed.connectionString,
       connectionTimeoutMillis: timeoutMs,

@@ -2,9 +2,10 @@
  * `redis://[user:password@]host:port[/db]` and `rediss://…` (TLS): the Redis backend on an ioredis
  * client the entry creates and closes. Needs ioredis.
  */
-import { ConfigurationError } from "../core/errors.js";
-import { connectTimeout, loadDriver, parseUrl, reachWithin, redactUrl } from "./support.js";
-import type { RegistryEntry } from "./types.js";
+import { ConfigurationError } from "../../core/errors.js";
+import { connectTimeout, loadDriver, parseUrl, reachWithin, redactUrl } from "../../registry/support.js";
+import type { BackendDeclaration } from "../../registry/types.js";
+import { REDIS_CAPABILITIES, RedisBackend } from "./redis-backend.js";
 
 /** The subset of an ioredis client the entry itself uses (the backend takes the whole client). */
 interface IoredisClient {
@@ -31,9 +32,12 @@ function checkRedisUrl(raw: string): void {
   }
 }
 
-export const redis: RegistryEntry = {
+export const redis: BackendDeclaration = {
   name: "redis",
   schemes: ["redis:", "rediss:"],
+  peers: ["ioredis", "redis"],
+  capabilities: REDIS_CAPABILITIES,
+  entry: "src/backends/redis/index.ts",
   describe: "redis://host:port[/db]  Redis, rediss:// for TLS (npm i ioredis)",
   check: checkRedisUrl,
   async open(url, options) {
@@ -46,7 +50,6 @@ export const redis: RegistryEntry = {
       () => import("ioredis") as Promise<{ Redis?: unknown; default?: unknown }>,
     );
     const Redis = (loaded.Redis ?? loaded.default) as IoredisConstructor;
-    const { RedisBackend } = await import("../backends/redis/index.js");
     const client = new Redis(url, { connectTimeout: timeoutMs, maxRetriesPerRequest: 3, lazyConnect: false });
     let lastError: Error | undefined;
     client.on("error", (error) => {
