@@ -5,12 +5,20 @@
 import { fileURLToPath } from "node:url";
 import { checkBackendUrl, describeBackends } from "../registry/index.js";
 import { type KeyBy, runWorker } from "../testing/storm/index.js";
-import { integerOption, parseOptions, requiredOption, UsageError } from "./args.js";
+import {
+  integerOption,
+  type ParsedOptions,
+  parseCommandLine,
+  parseOptions,
+  requiredOption,
+  UsageError,
+} from "./args.js";
 import { runDoctor } from "./commands/doctor.js";
 import { runInspect } from "./commands/inspect.js";
 import { runMigrate } from "./commands/migrate.js";
 import { runPurge } from "./commands/purge.js";
 import { runDemo } from "./demo/run-demo.js";
+import { visible } from "./printable.js";
 
 const USAGE = `Usage: oncely <command> [options]
 
@@ -49,7 +57,7 @@ ${describeBackends()
   .join("\n")}
 `;
 
-function keyOption(options: ReturnType<typeof parseOptions>): KeyBy {
+function keyOption(options: ParsedOptions): KeyBy {
   const raw = options.get("key") ?? "orderId";
   if (raw !== "orderId" && raw !== "messageId") {
     throw new UsageError(`--key must be orderId or messageId, got "${String(raw)}"`);
@@ -64,15 +72,15 @@ async function main(argv: readonly string[]): Promise<number> {
     return command === undefined ? 2 : 0;
   }
   if (command === "demo") {
-    if (rest.includes("--help") || rest.includes("-h")) {
-      process.stdout.write(USAGE);
-      return 0;
-    }
-    const options = parseOptions(
+    const { options, help } = parseCommandLine(
       rest,
       ["messages", "workers", "seed", "lease-ms", "backend", "key"],
       ["keep"],
     );
+    if (help) {
+      process.stdout.write(USAGE);
+      return 0;
+    }
     const backend = options.get("backend");
     if (typeof backend === "string") {
       try {
@@ -115,12 +123,14 @@ async function main(argv: readonly string[]): Promise<number> {
       });
     } catch (error) {
       // The IPC channel would keep a failed worker alive: exit so the coordinator sees it.
-      process.stderr.write(`oncely worker: ${error instanceof Error ? error.message : String(error)}\n`);
+      process.stderr.write(
+        `oncely worker: ${visible(error instanceof Error ? error.message : String(error))}\n`,
+      );
       process.exit(1);
     }
     return -1;
   }
-  throw new UsageError(`unknown command "${command}"`);
+  throw new UsageError(`unknown command ${JSON.stringify(command)}`);
 }
 
 main(process.argv.slice(2)).then(
@@ -129,12 +139,13 @@ main(process.argv.slice(2)).then(
     if (code >= 0) process.exitCode = code;
   },
   (error: unknown) => {
+    // Messages may quote a key, a stored value or a store's own words: control characters escaped.
     if (error instanceof UsageError) {
-      process.stderr.write(`oncely: ${error.message}\n\n${USAGE}`);
+      process.stderr.write(`oncely: ${visible(error.message)}\n\n${USAGE}`);
       process.exitCode = 2;
       return;
     }
-    const message = error instanceof Error ? error.message : String(error);
+    const message = visible(error instanceof Error ? error.message : String(error));
     process.stderr.write(`${message.startsWith("[oncely]") ? message : `oncely: ${message}`}\n`);
     process.exitCode = 1;
   },

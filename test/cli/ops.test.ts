@@ -122,6 +122,88 @@ describe("oncely inspect", () => {
     expect(none.stderr).toMatch(/exactly one <key>/);
   });
 
+  it("escapes control characters in a stored key and fingerprint (no raw ESC, BEL, C1, DEL or bidi)", async () => {
+    const file = join(dir, "inspect-escapes.sqlite");
+    // Screen clear, an OSC 52 clipboard write ended by BEL, a C1 CSI, DEL, a right-to-left override,
+    // a newline that would forge an output line, and a tab.
+    const key =
+      "k\u001b[2J\u001b]52;c;cm0gLXJmIC8=\u0007\u009b31m\u007f\u202egpj.exe\n  state         done\t!";
+    const fingerprint = "fp\u001b]0;pwned\u0007\u001b[3J\u0085\u2066";
+    const backend = new SqliteBackend({ database: file });
+    await lock(key, async () => ({ ok: true }), { backend, codec: jsonCodec, fingerprint });
+    await backend.close();
+    const raw =
+      // biome-ignore lint/suspicious/noControlCharactersInRegex: raw control characters are what it finds
+      /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/;
+    const shown = await oncely(["inspect", key, "--backend", `sqlite:${file}`]);
+    expect([shown.code, shown.stderr]).toEqual([0, ""]);
+    expect(shown.stdout).not.toMatch(raw);
+    // Each field stays on its line: the key's newline is shown as \n, not as a second "state" line.
+    expect(shown.stdout.match(/^ {2}state/gm)).toHaveLength(1);
+    expect(shown.stdout).toContain(
+      String.raw`"k\u001b[2J\u001b]52;c;cm0gLXJmIC8=\u0007\u009b31m\u007f\u202egpj.exe\n  state`,
+    );
+    expect(shown.stdout).toContain(String.raw`fingerprint   "fp\u001b]0;pwned\u0007\u001b[3J\u0085\u2066"`);
+    const json = await oncely(["inspect", key, "--backend", `sqlite:${file}`, "--json"]);
+    expect(json.stdout).not.toMatch(raw);
+    // The escapes are JSON's own: a script reads the exact stored strings back.
+    expect(JSON.parse(json.stdout)).toMatchObject({ found: true, key, fingerprint });
+    const missing = await oncely(["inspect", `${key}-other`, "--backend", `sqlite:${file}`]);
+    expect(missing.code).toBe(3);
+    expect(missing.stdout).not.toMatch(raw);
+    // Error messages quote what they were given: escaped too.
+    const refused = await oncely(["inspect", "--backend", `sqlite:${file}`, `--${key}`]);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toMatch(/unknown option --k\\u001b\[2J/);
+    expect(refused.stderr).not.toMatch(raw);
+  });
+
+  it("keys that start with - or --: after --, or as --key=K / --key K", async () => {
+    const file = join(dir, "inspect-dash.sqlite");
+    const backend = new SqliteBackend({ database: file });
+    await lock("-h", async () => "dash", { backend });
+    await lock("--weird", async () => "double dash", { backend });
+    await backend.close();
+    const url = `sqlite:${file}`;
+    for (const args of [
+      ["--backend", url, "--", "-h"],
+      ["--backend", url, "--json", "--", "-h"],
+      ["--key=-h", "--backend", url],
+      ["--key", "-h", "--backend", url],
+      ["--backend", url, "--key", "-h", "--json"],
+    ]) {
+      const shown = await oncely(["inspect", ...args]);
+      expect([args, shown.code, shown.stderr]).toEqual([args, 0, ""]);
+      expect(shown.stdout).toMatch(/^(record "-h"|\{"found":true,"key":"-h")/);
+    }
+    for (const args of [
+      ["--backend", url, "--", "--weird"],
+      ["--key=--weird", "--backend", url],
+    ]) {
+      const shown = await oncely(["inspect", ...args]);
+      expect([args, shown.code, shown.stderr]).toEqual([args, 0, ""]);
+      expect(shown.stdout).toMatch(/^record "--weird"/);
+    }
+    // -h and --help before -- still ask for help; after --, they are the key.
+    const help = await oncely(["inspect", "-h", "--backend", url]);
+    expect([help.code, help.stdout]).toEqual([0, expect.stringMatching(/^Usage: oncely inspect/)]);
+    // What cannot be read as the operator meant it is refused, saying how to write it.
+    const unknown = await oncely(["inspect", "--weird", "--backend", url]);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toMatch(
+      /unknown option --weird.*--key=--weird|unknown option --weird.*-- --weird/,
+    );
+    const dashed = await oncely(["inspect", "-x", "--backend", url]);
+    expect(dashed.code).toBe(2);
+    expect(dashed.stderr).toMatch(/unknown option -x/);
+    const valueless = await oncely(["inspect", "--key", "--weird", "--backend", url]);
+    expect(valueless.code).toBe(2);
+    expect(valueless.stderr).toMatch(/--key needs a value.*--key=--weird/);
+    const twice = await oncely(["inspect", "a", "--key", "b", "--backend", url]);
+    expect(twice.code).toBe(2);
+    expect(twice.stderr).toMatch(/exactly one <key>/);
+  });
+
   it("--help for each command", async () => {
     for (const command of ["inspect", "purge", "migrate", "doctor"]) {
       const help = await oncely([command, "--help"]);

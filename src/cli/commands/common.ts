@@ -34,26 +34,6 @@ export async function openFromOptions(
   return openBackend(url, { namespace: typeof namespace === "string" ? namespace : undefined, ...extra });
 }
 
-/** Splits `args` into positional arguments and the rest (options and their values). */
-export function positionals(
-  args: readonly string[],
-  valued: readonly string[],
-): { positional: string[]; rest: string[] } {
-  const positional: string[] = [];
-  const rest: string[] = [];
-  for (let i = 0; i < args.length; i++) {
-    const arg = args[i] as string;
-    if (arg.startsWith("--")) {
-      rest.push(arg);
-      const name = arg.slice(2);
-      if (!arg.includes("=") && valued.includes(name) && i + 1 < args.length) rest.push(args[++i] as string);
-    } else {
-      positional.push(arg);
-    }
-  }
-  return { positional, rest };
-}
-
 /** Formats milliseconds as a short duration: `1.5 s`, `3 min`, `2.0 h`, `7.0 d`. */
 export function duration(ms: number): string {
   const abs = Math.abs(ms);

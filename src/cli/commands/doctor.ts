@@ -6,7 +6,8 @@
  */
 import { ConfigurationError, storageError } from "../../core/errors.js";
 import { DEFAULT_LEASE_MS, DEFAULT_TTL_MS } from "../../core/verbs.js";
-import { integerOption, parseOptions, UsageError } from "../args.js";
+import { integerOption, type ParsedOptions, parseCommandLine, UsageError } from "../args.js";
+import { safeJson, visible } from "../printable.js";
 import type { Output } from "./common.js";
 import { checkConfiguration, type DoctorInput } from "./doctor-rules.js";
 
@@ -106,15 +107,11 @@ export async function readSubscription(name: string): Promise<SubscriptionSettin
   }
 }
 
-const optional = (options: ReturnType<typeof parseOptions>, name: string) =>
+const optional = (options: ParsedOptions, name: string) =>
   options.has(name) ? integerOption(options, name, 0, 0, MAX) : undefined;
 
 export async function runDoctor(args: readonly string[], out: Output): Promise<number> {
-  if (args.includes("--help") || args.includes("-h")) {
-    out.write(DOCTOR_USAGE);
-    return 0;
-  }
-  const options = parseOptions(
+  const { options, help } = parseCommandLine(
     args,
     [
       "lease-ms",
@@ -131,6 +128,10 @@ export async function runDoctor(args: readonly string[], out: Output): Promise<n
     ],
     ["json"],
   );
+  if (help) {
+    out.write(DOCTOR_USAGE);
+    return 0;
+  }
   const heartbeat = options.get("heartbeat") ?? "on";
   if (heartbeat !== "on" && heartbeat !== "off")
     throw new UsageError(`--heartbeat must be on or off, got "${String(heartbeat)}"`);
@@ -153,13 +154,13 @@ export async function runDoctor(args: readonly string[], out: Output): Promise<n
   const broken = findings.filter((f) => !f.ok).length;
   if (options.get("json") === true) {
     out.write(
-      `${JSON.stringify({ input, read: typeof subscription === "string" ? read : undefined, findings, broken })}\n`,
+      `${safeJson({ input, read: typeof subscription === "string" ? read : undefined, findings, broken })}\n`,
     );
     return broken > 0 ? 1 : 0;
   }
   if (typeof subscription === "string") {
     out.write(
-      `read ${subscription}: ack deadline ${read.ackDeadlineMs ?? "?"} ms, retention ${read.retentionMs ?? "?"} ms, ` +
+      `read ${visible(subscription)}: ack deadline ${read.ackDeadlineMs ?? "?"} ms, retention ${read.retentionMs ?? "?"} ms, ` +
         `maxDeliveryAttempts ${read.maxDeliveryAttempts ?? "(no dead-letter policy)"}, ` +
         `backoff ${read.minBackoffMs ?? 0}…${read.maxBackoffMs ?? 0} ms\n`,
     );

@@ -3,24 +3,34 @@
  * left, expiry, fingerprint, and the stored result's size and type. The key is the one the guard
  * stores (a business key, `pubsub:…` for Pub/Sub's default, an HTTP request's derived key); with
  * `--http-key` (and `--scope`, `--method`, `--path`) the HTTP surface's stored key is derived from
- * the raw `Idempotency-Key` value, so both forms are accepted.
+ * the raw `Idempotency-Key` value, so both forms are accepted. A key that starts with `-` is given
+ * after `--` or as `--key=K`.
+ *
+ * Stored strings are printed with every control character (C0, DEL, C1), bidirectional formatting
+ * character and line separator escaped (see `../printable.ts`): the key and the fingerprint as JSON
+ * string literals, `--json` as JSON with those characters escaped too.
  */
 import { validateKey } from "../../core/keys.js";
 import type { StoredRecord } from "../../core/types.js";
 import { canonicalPath } from "../../http/fingerprint.js";
 import { scopedKey } from "../../http/scope.js";
 import { decodeStoredResponse } from "../../http/stored-response.js";
-import { parseOptions, UsageError } from "../args.js";
-import { backendLines, duration, type Output, openFromOptions, positionals } from "./common.js";
+import { parseCommandLine, UsageError } from "../args.js";
+import { quoted, safeJson, visible } from "../printable.js";
+import { backendLines, duration, type Output, openFromOptions } from "./common.js";
 
 export const INSPECT_USAGE = `Usage: oncely inspect <key> --backend URL [--namespace NS] [--json]
+       oncely inspect --backend URL [options] -- <key>
+       oncely inspect --key=<key> --backend URL
        oncely inspect --http-key K [--scope S] [--method POST] [--path /orders] --backend URL
 
 Shows the record stored under <key>: state, fence, lease time left, expiry, fingerprint, and the
-stored result's size and type. Exit code 0 when a record exists, 3 when the key has none.
+stored result's size and type. Exit code 0 when a record exists, 3 when the key has none. The key
+and the fingerprint are shown as JSON strings, control characters escaped (\\u001b, \\n, …).
 
 Options:
   --backend URL    the store (one of the URLs below)
+  --key K          the key, for one that starts with - (also: after --, or --key=K)
   --namespace NS   the backend namespace the guard was configured with
   --http-key K     derive the stored key of an HTTP request from its raw Idempotency-Key value,
                    with --scope (the tenant the scope extractor returned; omit when none is
@@ -85,17 +95,27 @@ export function describeRecord(record: StoredRecord, now: number) {
 }
 
 export async function runInspect(args: readonly string[], out: Output): Promise<number> {
-  if (args.includes("--help") || args.includes("-h")) {
+  const line = parseCommandLine(
+    args,
+    ["backend", "namespace", "key", "http-key", "scope", "method", "path"],
+    ["json"],
+    {
+      name: "<key>",
+      dashHint: (arg) =>
+        `; a key that starts with - goes after --, as in "oncely inspect --backend URL -- ${arg}", or in --key=${arg}`,
+    },
+  );
+  if (line.help) {
     out.write(INSPECT_USAGE);
     return 0;
   }
-  const valued = ["backend", "namespace", "http-key", "scope", "method", "path"];
-  const { positional, rest } = positionals(args, valued);
-  const options = parseOptions(rest, valued, ["json"]);
+  const { options } = line;
+  const keyOption = options.get("key");
+  const positional = typeof keyOption === "string" ? [keyOption, ...line.positional] : line.positional;
   const httpKey = options.get("http-key");
   let key: string;
   if (typeof httpKey === "string") {
-    if (positional.length !== 0) throw new UsageError("give either <key> or --http-key, not both");
+    if (positional.length !== 0) throw new UsageError("give either <key> (or --key) or --http-key, not both");
     const scope = options.get("scope");
     const method = String(options.get("method") ?? "POST").toUpperCase();
     key = scopedKey(
@@ -108,7 +128,9 @@ export async function runInspect(args: readonly string[], out: Output): Promise<
     for (const name of ["scope", "method", "path"]) {
       if (options.has(name)) throw new UsageError(`--${name} goes with --http-key`);
     }
-    if (positional.length !== 1) throw new UsageError("inspect takes exactly one <key> (or --http-key)");
+    if (positional.length !== 1) {
+      throw new UsageError("inspect takes exactly one <key> (a positional <key>, --key, or --http-key)");
+    }
     key = positional[0] as string;
   }
   try {
@@ -123,14 +145,14 @@ export async function runInspect(args: readonly string[], out: Output): Promise<
     if (record === undefined) {
       out.write(
         json
-          ? `${JSON.stringify({ key, found: false })}\n`
-          : `no record under ${JSON.stringify(key)} in ${opened.label}\n`,
+          ? `${safeJson({ key, found: false })}\n`
+          : `no record under ${quoted(key)} in ${visible(opened.label)}\n`,
       );
       return 3;
     }
     const shown = describeRecord(record, Date.now());
     if (json) {
-      out.write(`${JSON.stringify({ found: true, ...shown })}\n`);
+      out.write(`${safeJson({ found: true, ...shown })}\n`);
       return 0;
     }
     const clock = opened.backend.capabilities.serverClock
@@ -138,15 +160,15 @@ export async function runInspect(args: readonly string[], out: Output): Promise<
       : "";
     out.write(
       [
-        `record ${JSON.stringify(shown.key)} in ${opened.label}`,
+        `record ${quoted(shown.key)} in ${visible(opened.label)}`,
         `  state         ${shown.state}`,
         `  fence         ${shown.fence}`,
         shown.state === "claimed"
           ? `  lease         ${shown.leaseLeftMs > 0 ? `${duration(shown.leaseLeftMs)} left` : "lapsed (reclaimable)"}, until ${shown.leaseUntil}${clock}`
           : `  completed     ${shown.completedAt}`,
         `  expires       ${shown.expiresAt} (${shown.expiresInMs > 0 ? `in ${duration(shown.expiresInMs)}` : "expired"})`,
-        `  fingerprint   ${shown.fingerprint ?? "(none)"}`,
-        `  result        ${shown.resultType}${shown.resultBytes > 0 ? `, ${shown.resultBytes} bytes` : ""}`,
+        `  fingerprint   ${shown.fingerprint === null ? "(none)" : quoted(shown.fingerprint)}`,
+        `  result        ${visible(shown.resultType)}${shown.resultBytes > 0 ? `, ${shown.resultBytes} bytes` : ""}`,
         "",
       ].join("\n"),
     );

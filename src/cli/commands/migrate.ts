@@ -4,7 +4,8 @@
  */
 import { ConfigurationError } from "../../core/errors.js";
 import type { Backend } from "../../core/types.js";
-import { parseOptions } from "../args.js";
+import { parseCommandLine } from "../args.js";
+import { visible } from "../printable.js";
 import { backendLines, type Output, openFromOptions } from "./common.js";
 
 export const MIGRATE_USAGE = `Usage: oncely migrate --backend URL
@@ -26,23 +27,22 @@ const migratable = (backend: Backend): backend is Migratable =>
   typeof (backend as Partial<Migratable>).migrate === "function";
 
 export async function runMigrate(args: readonly string[], out: Output): Promise<number> {
-  if (args.includes("--help") || args.includes("-h")) {
+  const { options, help } = parseCommandLine(args, ["backend", "namespace"], []);
+  if (help) {
     out.write(MIGRATE_USAGE);
     return 0;
   }
-  const options = parseOptions(args, ["backend", "namespace"], []);
   const opened = await openFromOptions(options, { migrate: false });
+  const label = visible(opened.label);
   try {
     const { backend } = opened;
     if (!migratable(backend)) {
-      out.write(`${opened.label} has no schema to migrate (${backend.name} stores records as they come)\n`);
+      out.write(`${label} has no schema to migrate (${backend.name} stores records as they come)\n`);
       return 0;
     }
     if (backend.name === "sqlite") {
       await backend.migrate();
-      out.write(
-        `${opened.label}: SQLite creates or upgrades its schema when it opens; the schema is current\n`,
-      );
+      out.write(`${label}: SQLite creates or upgrades its schema when it opens; the schema is current\n`);
       return 0;
     }
     // A read tells a current schema from a missing or old one (the SQL stores refuse to guess).
@@ -57,8 +57,8 @@ export async function runMigrate(args: readonly string[], out: Output): Promise<
     await backend.get("oncely-migrate-probe");
     out.write(
       before === "current"
-        ? `${opened.label}: the schema was already current; nothing changed\n`
-        : `${opened.label}: created or upgraded the records table; the schema is now current\n`,
+        ? `${label}: the schema was already current; nothing changed\n`
+        : `${label}: created or upgraded the records table; the schema is now current\n`,
     );
     return 0;
   } finally {

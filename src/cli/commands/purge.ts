@@ -3,7 +3,8 @@
  * it only reclaims storage). Backends delete in bounded batches; progress is printed per batch where
  * the backend reports batches. `--dry-run` counts what would go, where the backend can count.
  */
-import { parseOptions, UsageError } from "../args.js";
+import { parseCommandLine, UsageError } from "../args.js";
+import { visible } from "../printable.js";
 import { backendLines, type Output, openFromOptions } from "./common.js";
 
 export const PURGE_USAGE = `Usage: oncely purge --backend URL [--dry-run]
@@ -21,12 +22,13 @@ ${backendLines()}
 `;
 
 export async function runPurge(args: readonly string[], out: Output): Promise<number> {
-  if (args.includes("--help") || args.includes("-h")) {
+  const { options, help } = parseCommandLine(args, ["backend", "namespace"], ["dry-run"]);
+  if (help) {
     out.write(PURGE_USAGE);
     return 0;
   }
-  const options = parseOptions(args, ["backend", "namespace"], ["dry-run"]);
   const opened = await openFromOptions(options);
+  const label = visible(opened.label);
   try {
     const { backend } = opened;
     if (options.get("dry-run") === true) {
@@ -36,11 +38,11 @@ export async function runPurge(args: readonly string[], out: Output): Promise<nu
         );
       }
       const count = await backend.countExpired();
-      out.write(`${count} expired record(s) in ${opened.label} would be deleted\n`);
+      out.write(`${count} expired record(s) in ${label} would be deleted\n`);
       return 0;
     }
     if (backend.purgeExpired === undefined) {
-      out.write(`${opened.label} deletes expired records by itself (native expiry); nothing to purge\n`);
+      out.write(`${label} deletes expired records by itself (native expiry); nothing to purge\n`);
       return 0;
     }
     const started = Date.now();
@@ -52,7 +54,7 @@ export async function runPurge(args: readonly string[], out: Output): Promise<nu
       },
     });
     if (total !== reported && reported > 0) out.write(`  … ${total} in all\n`);
-    out.write(`deleted ${total} expired record(s) from ${opened.label} in ${Date.now() - started} ms\n`);
+    out.write(`deleted ${total} expired record(s) from ${label} in ${Date.now() - started} ms\n`);
     return 0;
   } finally {
     await opened.close();
