@@ -19,7 +19,11 @@ const oneShot = (
 /**
  * SHA-256 of `parts`, each preceded by its byte length (4 bytes, big-endian), as base64url. The
  * length prefixes make the framing unambiguous: `("ab", "c")` and `("a", "bc")` never collide.
- * Strings are hashed as UTF-8.
+ * Strings are hashed as UTF-8, exactly: a string that is not well-formed UTF-16 (a lone surrogate,
+ * which UTF-8 has no form for and `Buffer#write` would turn into U+FFFD) is written as WTF-8, each
+ * lone surrogate as its own three bytes (`\uD800` → ED A0 80), bytes no UTF-8 text ever holds. So
+ * `"t\uD800"`, `"t\uDC00"` and `"t\uFFFD"` hash apart, and every well-formed string hashes as it
+ * always did. (Keys and scopes are refused before they get here: see `scopedKey`.)
  *
  * The framed bytes are assembled in one buffer (reused when they fit) and hashed in one call: each
  * `update` crosses into native code, and a string built by concatenation costs the hash a flattening
@@ -54,7 +58,42 @@ function writeUtf8(buffer: Buffer, text: string, at: number): number {
     }
     if (i === length) return length;
   }
-  return buffer.write(text, at, "utf8");
+  if ((text as string & { isWellFormed(): boolean }).isWellFormed()) return buffer.write(text, at, "utf8");
+  return writeWtf8(buffer, text, at);
+}
+
+/**
+ * Writes `text` as WTF-8 at `at`: UTF-8 for its well-formed code points, and a lone surrogate as the
+ * three bytes UTF-8's scheme would give its value. At most 3 bytes per code unit. Returns the bytes written.
+ */
+function writeWtf8(buffer: Buffer, text: string, at: number): number {
+  let end = at;
+  for (let i = 0; i < text.length; i++) {
+    let code = text.charCodeAt(i);
+    if (code >= 0xd800 && code <= 0xdbff && i + 1 < text.length) {
+      const low = text.charCodeAt(i + 1);
+      if (low >= 0xdc00 && low <= 0xdfff) {
+        code = 0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00);
+        i++;
+      }
+    }
+    if (code < 0x80) {
+      buffer[end++] = code;
+    } else if (code < 0x800) {
+      buffer[end++] = 0xc0 | (code >> 6);
+      buffer[end++] = 0x80 | (code & 0x3f);
+    } else if (code < 0x10000) {
+      buffer[end++] = 0xe0 | (code >> 12);
+      buffer[end++] = 0x80 | ((code >> 6) & 0x3f);
+      buffer[end++] = 0x80 | (code & 0x3f);
+    } else {
+      buffer[end++] = 0xf0 | (code >> 18);
+      buffer[end++] = 0x80 | ((code >> 12) & 0x3f);
+      buffer[end++] = 0x80 | ((code >> 6) & 0x3f);
+      buffer[end++] = 0x80 | (code & 0x3f);
+    }
+  }
+  return end - at;
 }
 
 function copyBytes(buffer: Buffer, bytes: Uint8Array, at: number): number {

@@ -30,7 +30,7 @@ import {
   type HttpIdempotencyOptions,
 } from "./options.js";
 import { type Compat, type ProblemKind, problemResponse } from "./problem.js";
-import { scopedKey } from "./scope.js";
+import { scopedKey, scopeProblem } from "./scope.js";
 import {
   decodeStoredResponse,
   encodeStoredResponse,
@@ -286,7 +286,13 @@ export class HttpGuard<R> {
         replayed: false,
       };
     }
-    if (typeof scope === "string" && scope.length > 0) return scope;
+    if (typeof scope === "string" && scope.length > 0) {
+      // a scope the key rule refuses (a lone surrogate would hash like U+FFFD: another tenant's space)
+      const problem = scopeProblem(scope);
+      if (problem === undefined) return scope;
+      this.logger.warn({ method, path }, `${problem}; refused (fail closed)`);
+      return { kind: "answer", response: this.#problem("scope-unresolved", problem), replayed: false };
+    }
     this.logger.warn({ method, path }, "the scope extractor yielded no scope; refused (fail closed)");
     return {
       kind: "answer",

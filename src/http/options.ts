@@ -28,8 +28,11 @@ export interface HttpIdempotencyOptions<R> {
    * The caller's tenant or principal, from the framework's request (an authenticated user id, an
    * API key's account). Part of the stored key, so two callers sending the same key never see each
    * other's response. When configured and it yields nothing (`undefined`, `null`, `""`) or throws,
-   * the request is refused (400 `scope-unresolved`) rather than guarded in a shared space. May be
-   * async. @default none: the middleware runs single-tenant and warns once when it is created
+   * the request is refused (400 `scope-unresolved`) rather than guarded in a shared space. So is a
+   * scope the core's key rule refuses (`keyTextProblem`): not well-formed UTF-16 (a lone surrogate
+   * has no UTF-8 form: `"t\uD800"` would hash like `"t\uFFFD"`, another tenant) or holding NUL; the
+   * handler does not run and nothing replays. May be async. @default none: the middleware runs
+   * single-tenant and warns once when it is created
    */
   readonly scope?:
     | ((request: R) => string | undefined | null | Promise<string | undefined | null>)
