@@ -29,10 +29,12 @@ import {
   ConfigurationError,
   ConflictError,
   InProgressError,
+  InvalidKeyError,
   OncelyError,
   StorageError,
   storageError,
 } from "../core/errors.js";
+import { keyTextProblem } from "../core/keys.js";
 import {
   isConnection,
   type ReservationClientLike,
@@ -94,13 +96,19 @@ export class ReservationError extends OncelyError {
 
 /** Options of one `reserve()` call. */
 export interface ReserveOptions {
-  /** Who the key belongs to (tenant, principal, endpoint): keys never collide across scopes. 1–512 bytes. */
+  /**
+   * Who the key belongs to (tenant, principal, endpoint): keys never collide across scopes. 1–512
+   * bytes of well-formed UTF-16 without NUL (the core's key rule), else `InvalidKeyError`.
+   */
   readonly scope: string;
-  /** The idempotency key. 1–512 bytes, compared byte-exactly. */
+  /**
+   * The idempotency key. 1–512 bytes, compared byte-exactly; well-formed UTF-16 without NUL (the
+   * core's key rule: a lone surrogate would be stored as U+FFFD, merging keys), else `InvalidKeyError`.
+   */
   readonly key: string;
   /**
-   * Hash of the request payload (`hashPayload(body)`, or your own). The same key with a different hash
-   * is a `ConflictError`, never a replay.
+   * Hash of the request payload (`hashPayload(body)`, or your own: 1–256 characters, well-formed,
+   * no NUL). The same key with a different hash is a `ConflictError`, never a replay.
    */
   readonly payloadHash: string;
   /** How long the record replays, from the reservation's start on the database clock: 3600 … 604800. */
@@ -157,7 +165,10 @@ const inside = new AsyncLocalStorage<true>();
  * `pg.PoolClient` or `pg.Client`, which must not be inside a transaction; it stays yours).
  * Reservations cannot nest.
  *
- * @throws ConfigurationError for invalid options or a missing table (run `migrateReservations`).
+ * @throws InvalidKeyError for a scope or key the core's key rule refuses (empty, over 512 bytes, a
+ *   lone surrogate, NUL), before any statement.
+ * @throws ConfigurationError for other invalid options (a payload hash the same rule refuses among
+ *   them) or a missing table (run `migrateReservations`).
  * @throws ConflictError, ReservationError, InProgressError (`waitMs` ran out), StorageError.
  */
 export function reserve<
@@ -570,17 +581,26 @@ function validate(options: ReserveOptions): Call {
   if (options === null || typeof options !== "object")
     throw bad("reserve() needs { scope, key, payloadHash, ttlSeconds }");
   const { scope, key, payloadHash, ttlSeconds, waitMs } = options;
+  // scope, key and payloadHash are PostgreSQL text sent as UTF-8: the core's key text rule keeps a
+  // lone surrogate (read back as U+FFFD: another tenant's or another payload's row) and NUL (a
+  // driver error) out, before any statement
   for (const [name, value] of [
     ["scope", scope],
     ["key", key],
   ] as const) {
     if (typeof value !== "string" || value.length === 0 || Buffer.byteLength(value) > MAX_PART_BYTES) {
-      throw bad(`${name} must be a string of 1–${MAX_PART_BYTES} bytes`);
+      throw new InvalidKeyError(`${name} must be a string of 1–${MAX_PART_BYTES} bytes`, {
+        backend: BACKEND,
+      });
     }
+    const problem = keyTextProblem(value, name);
+    if (problem !== undefined) throw new InvalidKeyError(problem, { backend: BACKEND });
   }
   if (typeof payloadHash !== "string" || payloadHash.length === 0 || payloadHash.length > 256) {
     throw bad("payloadHash must be a string of 1–256 characters (hashPayload(body) makes one)");
   }
+  const hashProblem = keyTextProblem(payloadHash, "payloadHash");
+  if (hashProblem !== undefined) throw bad(hashProblem);
   const { minSeconds, maxSeconds } = RESERVATION_TTL_BOUNDS;
   if (!Number.isInteger(ttlSeconds) || ttlSeconds < minSeconds || ttlSeconds > maxSeconds) {
     throw bad(
