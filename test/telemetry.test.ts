@@ -15,12 +15,18 @@ import {
   InMemorySpanExporter,
   SimpleSpanProcessor,
 } from "@opentelemetry/sdk-trace-base";
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import { Guard, type SurfaceSpec } from "../src/core/guard.js";
 import { setTelemetry } from "../src/core/telemetry.js";
-import { InProgressError, lock, MemoryBackend, mutex, silentLogger } from "../src/index.js";
+import {
+  enableOpenTelemetry,
+  InProgressError,
+  lock,
+  MemoryBackend,
+  mutex,
+  silentLogger,
+} from "../src/index.js";
 import { idempotentMessage } from "../src/pubsub/index.js";
-import { enableOpenTelemetry, loadOpenTelemetry } from "../src/telemetry/index.js";
 
 const spans = new InMemorySpanExporter();
 const metricsOut = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
@@ -67,7 +73,19 @@ async function decisionCounts(): Promise<Record<string, number>> {
 
 describe("OpenTelemetry", () => {
   it("is found and enabled automatically when @opentelemetry/api is installed", async () => {
-    expect(await loadOpenTelemetry()).toBe(true);
+    // Nothing chose a binding before this, the file's first guarded call: the call looks for the package.
+    await lock("otel-0", async () => 1, { backend: new MemoryBackend() });
+    expect(attributes("oncely.lock")).toMatchObject([{ "oncely.decision": "ran", "oncely.surface": "core" }]);
+  });
+
+  it("a choice made before the first guarded call stands: setTelemetry(undefined) turns the search off", async () => {
+    vi.resetModules();
+    const fresh = await import("../src/core/telemetry.js");
+    const verbs = await import("../src/core/verbs.js");
+    fresh.setTelemetry(undefined);
+    await verbs.lock("otel-off-first", async () => 1, { backend: new MemoryBackend() });
+    expect(fresh.currentTelemetry()).toBeUndefined();
+    expect(spans.getFinishedSpans()).toHaveLength(0);
   });
 
   it("lock: a span per call with decision, backend, key hash and fence; counters by decision", async () => {

@@ -2,15 +2,18 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import {
+  type Claim,
+  type ClaimOptions,
+  type ClaimOutcome,
+  type CompleteOptions,
+  MAX_KEY_BYTES,
+} from "../src/backend-kit.js";
 import { SqliteBackend } from "../src/backends/sqlite/index.js";
 import { coalesceClaims } from "../src/core/coalesce.js";
 import { storedKey } from "../src/core/namespace.js";
 import {
   type Backend,
-  type Claim,
-  type ClaimOptions,
-  type ClaimOutcome,
-  type CompleteOptions,
   ConfigurationError,
   ConflictError,
   InProgressError,
@@ -18,7 +21,6 @@ import {
   LeaseLostError,
   type Logger,
   lock,
-  MAX_KEY_BYTES,
   ManualClock,
   MemoryBackend,
   makeIdempotent,

@@ -13,7 +13,6 @@
  * A retry on the last allowed attempt becomes dead instead, so a poison message ends in the
  * dead-letter path after `maxAttempts`, contention retries included (they count like failures).
  */
-import "../telemetry/index.js";
 import { ConfigurationError } from "../core/errors.js";
 import type { Guard, GuardConfig, GuardContext, GuardOutcome, SurfaceSpec } from "../core/guard.js";
 import type { ScopedLogger } from "../core/log.js";

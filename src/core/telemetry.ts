@@ -1,9 +1,12 @@
 /**
  * The seam between the core and a tracing/metrics library. The core never imports one: it asks the
- * installed `Telemetry` (none by default) to wrap each guarded call, and reports how the call ended.
- * With nothing installed the cost is one property read per call. `oncely`'s OpenTelemetry binding
- * (`src/telemetry/`) installs itself when `@opentelemetry/api` is present.
+ * installed `Telemetry` to wrap each guarded call, and reports how the call ended. Nothing is
+ * installed at import time (no module of oncely has an import side effect): the first guarded call
+ * looks for `@opentelemetry/api` once (`opentelemetry.ts`) unless a binding was chosen before with
+ * `enableOpenTelemetry` or `setTelemetry`. With nothing installed the cost is one property read
+ * per call.
  */
+import { discoverOpenTelemetry, type OpenTelemetryApiLike, openTelemetryBinding } from "./opentelemetry.js";
 
 /** Attribute values a span or a metric point accepts. */
 export type TelemetryValue = string | number | boolean;
@@ -52,15 +55,44 @@ export interface Telemetry {
 }
 
 let installed: Telemetry | undefined;
+/** Whether the binding is settled: chosen through `setTelemetry`, or looked for by the first call. */
+let chosen = false;
 
-/** Installs (or, with `undefined`, removes) the telemetry binding every guarded call reports to. */
+/**
+ * Installs (or, with `undefined`, removes) the telemetry binding every guarded call reports to. Either
+ * way the choice is final: the first guarded call no longer looks for `@opentelemetry/api`.
+ */
 export function setTelemetry(telemetry: Telemetry | undefined): void {
   installed = telemetry;
+  chosen = true;
+}
+
+/**
+ * Reports every guarded call to OpenTelemetry through `api`, the `@opentelemetry/api` module. Without
+ * this call the first guarded call finds the package itself where Node resolves it from oncely's
+ * files; call it to choose the copy (a bundle that inlines oncely, several copies of the API) or to
+ * report from before the first call on. Returns a function that stops reporting (for good: nothing is
+ * looked for again).
+ *
+ * ```ts
+ * import * as api from "@opentelemetry/api";
+ * import { enableOpenTelemetry } from "oncely";
+ * const stop = enableOpenTelemetry(api);
+ * ```
+ */
+export function enableOpenTelemetry(api: OpenTelemetryApiLike, version = "0"): () => void {
+  setTelemetry(openTelemetryBinding(api, version));
+  return () => setTelemetry(undefined);
 }
 
 /** The installed binding when it records anything, else `undefined` (the common, zero-cost case). */
 export function currentTelemetry(): Telemetry | undefined {
-  if (installed === undefined) return undefined;
+  if (installed === undefined) {
+    if (chosen) return undefined;
+    chosen = true;
+    installed = discoverOpenTelemetry();
+    if (installed === undefined) return undefined;
+  }
   try {
     return installed.enabled() ? installed : undefined;
   } catch {

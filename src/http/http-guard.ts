@@ -14,7 +14,6 @@
  *    record is committed, never fire-and-forget.
  * 3. The adapter sends what the `HttpDecision` says: the captured response, a replay, a problem.
  */
-import "../telemetry/index.js";
 import type { ReplayedResult, ResultCodec } from "../core/codec.js";
 import { ConfigurationError } from "../core/errors.js";
 import { callHook, EventType, hashKey } from "../core/events.js";
@@ -252,23 +251,14 @@ export class HttpGuard<R> {
       method: request.method,
       path,
     };
-    const print = fingerprint({
-      method: request.method,
-      path,
-      query: request.query,
-      contentType: request.contentType,
-      body: request.body,
-    });
-    if (print.kind === "inexact") {
-      // No fingerprint rather than a lossy one: another request's response must never be replayed.
-      this.logger.warn(
-        { method: request.method, path },
-        "the request body cannot be fingerprinted exactly; refused (body-inexact), the handler does not run",
-      );
-      return { kind: "answer", response: this.#problem("body-inexact", print.reason), replayed: false };
-    }
     const outcome = await this.#guard.run(subject, run, {
-      fingerprint: print.fingerprint,
+      fingerprint: fingerprint({
+        method: request.method,
+        path,
+        query: request.query,
+        contentType: request.contentType,
+        body: request.body,
+      }),
       commit: (captured) => this.#commit(captured),
       afterComplete: onStored,
     });

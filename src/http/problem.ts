@@ -8,7 +8,6 @@
  * | key-malformed         | 400              | 400                |
  * | scope-unresolved      | 400              | 400                |
  * | payload-mismatch      | 422              | 400                |
- * | body-inexact          | 422              | 400                |
  * | in-progress           | 409              | 409                |
  * | storage-unavailable   | 503              | 503                |
  * | replay-unavailable    | 500              | 500                |
@@ -23,18 +22,10 @@ export const ProblemKind = {
   KeyMissing: "key-missing",
   /** The header is empty, over 255 bytes, repeated or not a valid value. */
   KeyMalformed: "key-malformed",
-  /**
-   * A configured `scope` extractor yielded no tenant, threw, or yielded one the key rule refuses (a
-   * lone surrogate, NUL): refused rather than shared.
-   */
+  /** A configured `scope` extractor yielded no tenant (or threw): refused rather than shared. */
   ScopeUnresolved: "scope-unresolved",
   /** The key was first used with another request (method, path, query or body differ). */
   PayloadMismatch: "payload-mismatch",
-  /**
-   * The body, as a framework's parser left it, cannot be fingerprinted exactly (an integer beyond
-   * ±(2^53 − 1) the parse may have rounded): refused rather than risk replaying another request's response.
-   */
-  BodyInexact: "body-inexact",
   /** The first request with this key is still being processed (after any `wait`). */
   InProgress: "in-progress",
   /** The store could not be reached before the handler ran; nothing ran. */
@@ -54,7 +45,6 @@ const TITLES: Record<ProblemKind, string> = {
   "key-malformed": "Idempotency-Key header is malformed",
   "scope-unresolved": "Idempotency scope could not be resolved",
   "payload-mismatch": "Idempotency-Key reused with a different request",
-  "body-inexact": "Request body cannot be fingerprinted exactly",
   "in-progress": "A request with this Idempotency-Key is in progress",
   "storage-unavailable": "Idempotency store unavailable",
   "replay-unavailable": "Stored response unavailable",
@@ -67,7 +57,6 @@ export const PROBLEM_STATUS: Readonly<Record<Compat, Readonly<Record<ProblemKind
     "key-malformed": 400,
     "scope-unresolved": 400,
     "payload-mismatch": 422,
-    "body-inexact": 422,
     "in-progress": 409,
     "storage-unavailable": 503,
     "replay-unavailable": 500,
@@ -77,7 +66,6 @@ export const PROBLEM_STATUS: Readonly<Record<Compat, Readonly<Record<ProblemKind
     "key-malformed": 400,
     "scope-unresolved": 400,
     "payload-mismatch": 400,
-    "body-inexact": 400,
     "in-progress": 409,
     "storage-unavailable": 503,
     "replay-unavailable": 500,

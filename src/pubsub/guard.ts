@@ -4,7 +4,6 @@
  * in the core guard; the wrappers (push, CloudEvent signature, pull) only translate its outcomes into
  * HTTP statuses, rejections or ack/nack.
  */
-import "../telemetry/index.js";
 import { ConfigurationError } from "../core/errors.js";
 import {
   type BackendFactory,

@@ -5,17 +5,11 @@
  */
 import { strict as assert } from "node:assert";
 import { describe, expect, it } from "vitest";
+import type { ClaimOutcome } from "../../src/backend-kit.js";
 import type { ContentionRetryOptions } from "../../src/backends/document/retry.js";
 import { jsonCodec, unpackResult } from "../../src/core/codec.js";
 import { newToken } from "../../src/core/verbs.js";
-import {
-  type Backend,
-  type ClaimOutcome,
-  type Logger,
-  lock,
-  ManualClock,
-  StorageError,
-} from "../../src/index.js";
+import { type Backend, type Logger, lock, ManualClock, StorageError } from "../../src/index.js";
 import { startTcpProxy } from "../support/tcp-proxy.js";
 
 export interface ExtrasSubject {

@@ -7,10 +7,11 @@ import { strict as assert } from "node:assert";
 import { randomUUID } from "node:crypto";
 import mysql from "mysql2/promise";
 import { afterAll, beforeAll, describe, it } from "vitest";
+import type { Claim } from "../../src/backend-kit.js";
 import { MysqlBackend } from "../../src/backends/mysql/index.js";
 import { MYSQL_SCHEMA_VERSION } from "../../src/backends/mysql/mysql-statements.js";
 import { newToken } from "../../src/core/verbs.js";
-import { type Claim, ConfigurationError } from "../../src/index.js";
+import { ConfigurationError } from "../../src/index.js";
 import { backendContract } from "../../src/testing/index.js";
 import { sqlServerCases } from "../fixtures/sql-cases.js";
 

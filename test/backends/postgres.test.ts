@@ -98,7 +98,7 @@ async function topicListener(table: string) {
 
 const claimOptions = (leaseMs = 5_000, ttlMs = 60_000) => ({ leaseMs, ttlMs, token: newToken() });
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-type Won = { kind: "won"; claim: import("../../src/index.js").Claim };
+type Won = { kind: "won"; claim: import("../../src/backend-kit.js").Claim };
 
 describe("postgres backend: beyond the contract", () => {
   it("declares its capabilities", () => {

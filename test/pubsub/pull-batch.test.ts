@@ -5,8 +5,8 @@
 import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
 import { afterAll, describe, expect, it } from "vitest";
+import type { ClaimOptions } from "../../src/backend-kit.js";
 import { RedisBackend } from "../../src/backends/redis/index.js";
-import type { ClaimOptions } from "../../src/index.js";
 import { idempotentMessage, type PullMessageLike } from "../../src/pubsub/index.js";
 
 const client = new Redis(process.env.ONCELY_REDIS_URL ?? "redis://127.0.0.1:6379");

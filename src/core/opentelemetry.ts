@@ -1,6 +1,9 @@
 /**
- * OpenTelemetry for oncely, through `@opentelemetry/api` (an optional peer: when it is not
- * installed, nothing here runs and guarded calls pay nothing).
+ * OpenTelemetry for oncely, through `@opentelemetry/api` (an optional peer, typed structurally here:
+ * the core never imports it). The first guarded call looks for the package where Node resolves it
+ * from oncely's own files (`discoverOpenTelemetry`, called by `currentTelemetry`); when it is not
+ * installed nothing else runs, and until an SDK registers a provider guarded calls pay nothing.
+ * `enableOpenTelemetry(api)` (in `telemetry.ts`) hands over a chosen copy instead.
  *
  * Spans (one per guarded call; the verb's span is a child of the surface's):
  * - `oncely.lock`, `oncely.mutex`: attributes `oncely.decision`, `oncely.backend`, `oncely.key_hash`,
@@ -15,13 +18,8 @@
  * - `oncely.duration` (histogram, `ms`): a guarded call from start to decision;
  * - `oncely.wait.duration` (histogram, `ms`): time spent waiting for a live holder, when there was a wait.
  */
-import {
-  setTelemetry,
-  type Telemetry,
-  type TelemetryResult,
-  type TelemetrySpan,
-  type TelemetryValue,
-} from "../core/telemetry.js";
+import { createRequire } from "node:module";
+import type { Telemetry, TelemetryResult, TelemetrySpan, TelemetryValue } from "./telemetry.js";
 
 /** The subset of `@opentelemetry/api` used here (structural, so any 1.x fits). */
 export interface OpenTelemetryApiLike {
@@ -109,17 +107,29 @@ class OtelSpan implements TelemetrySpan {
 
 class OpenTelemetryTelemetry implements Telemetry {
   readonly api: OpenTelemetryApiLike;
-  readonly #tracer: TracerLike;
+  readonly #version: string;
+  #tracing: { readonly provider: object; readonly tracer: TracerLike } | undefined;
   #instruments: Instruments | undefined;
 
   readonly #noopTracing: unknown;
 
   constructor(api: OpenTelemetryApiLike, version: string) {
     this.api = api;
-    // A ProxyTracer: it follows whichever TracerProvider is registered, now or later.
-    this.#tracer = api.trace.getTracer(TRACER, version);
+    this.#version = version;
     // What an unregistered global provider delegates to (the API's no-op singleton).
     this.#noopTracing = new api.ProxyTracerProvider().getDelegate();
+  }
+
+  /**
+   * The tracer of the provider the API answers with now: a ProxyTracer follows its own provider's
+   * delegate, and a provider registered through another copy of the API is a different object.
+   */
+  #tracer(): TracerLike {
+    const provider = this.api.trace.getTracerProvider();
+    if (this.#tracing?.provider !== provider) {
+      this.#tracing = { provider, tracer: this.api.trace.getTracer(TRACER, this.#version) };
+    }
+    return this.#tracing.tracer;
   }
 
   /** True once an SDK registered a tracer or a meter provider: until then guarded calls pay nothing. */
@@ -142,7 +152,7 @@ class OpenTelemetryTelemetry implements Telemetry {
       parent instanceof OtelSpan
         ? this.api.trace.setSpan(this.api.context.active(), parent.span)
         : this.api.context.active();
-    return new OtelSpan(this, this.#tracer.startSpan(name, { attributes: attrs }, context), surface);
+    return new OtelSpan(this, this.#tracer().startSpan(name, { attributes: attrs }, context), surface);
   }
 
   /** Metric instruments, rebuilt when a different MeterProvider is registered (the API's meters are not proxies). */
@@ -182,34 +192,25 @@ class OpenTelemetryTelemetry implements Telemetry {
   }
 }
 
-/**
- * Reports every guarded call to OpenTelemetry through `api` (the `@opentelemetry/api` module).
- * Called automatically when the package is installed; call it yourself to choose the instance
- * (bundlers, several copies of the API). Returns a function that stops reporting.
- */
-export function enableOpenTelemetry(api: OpenTelemetryApiLike, version = "0"): () => void {
-  const binding = new OpenTelemetryTelemetry(api, version);
-  setTelemetry(binding);
-  return () => setTelemetry(undefined);
+/** A binding that reports every guarded call to OpenTelemetry through `api`. */
+export function openTelemetryBinding(api: OpenTelemetryApiLike, version = "0"): Telemetry {
+  return new OpenTelemetryTelemetry(api, version);
 }
 
-let loading: Promise<boolean> | undefined;
-
 /**
- * Loads `@opentelemetry/api` if it is installed and enables reporting; resolves whether it did.
- * Runs once; later calls return the same promise. A missing package is not an error.
+ * Looks for `@opentelemetry/api` the way Node resolves it from this file (synchronously, so the
+ * first guarded call is already reported) and returns a binding to it, or `undefined` when it is
+ * not installed or not the API. In Node, `import` and `require` of the package load the same copy,
+ * so the binding sees the provider the application's SDK registers. A bundle that inlines oncely
+ * resolves from the bundle's location instead: there, `enableOpenTelemetry(api)` hands over the copy.
  */
-export function loadOpenTelemetry(): Promise<boolean> {
-  loading ??= import("@opentelemetry/api").then(
-    (loaded) => {
-      // The ESM build's default export is a partial object; the namespace has everything.
-      const namespace = loaded as unknown as OpenTelemetryApiLike & { default?: OpenTelemetryApiLike };
-      const api = namespace.SpanStatusCode !== undefined ? namespace : namespace.default;
-      if (api?.SpanStatusCode === undefined) return false;
-      enableOpenTelemetry(api);
-      return true;
-    },
-    () => false,
-  );
-  return loading;
+export function discoverOpenTelemetry(): Telemetry | undefined {
+  let loaded: Partial<OpenTelemetryApiLike> | undefined;
+  try {
+    loaded = createRequire(import.meta.url)("@opentelemetry/api") as Partial<OpenTelemetryApiLike>;
+  } catch {
+    return undefined; // not installed (or not loadable here): a missing optional peer is not an error
+  }
+  if (loaded?.SpanStatusCode === undefined || loaded.trace === undefined) return undefined;
+  return openTelemetryBinding(loaded as OpenTelemetryApiLike);
 }
