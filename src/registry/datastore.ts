@@ -100,7 +100,7 @@ async function closeDatastore(client: unknown): Promise<void> {
  * One TCP connect to the emulator at `host` within `timeoutMs`: a dead port is refused in
  * milliseconds, where the client would retry its first request until the probe's deadline.
  */
-async function reachEmulator(host: string, timeoutMs: number): Promise<void> {
+async function reachEmulator(host: string, url: string, timeoutMs: number): Promise<void> {
   try {
     await tcpReachable(host, timeoutMs);
   } catch (cause) {
@@ -110,7 +110,8 @@ async function reachEmulator(host: string, timeoutMs: number): Promise<void> {
         ? "connection refused (ECONNREFUSED): is the emulator running on that port?"
         : (code ?? (cause instanceof Error ? cause.message : String(cause)));
     throw new StorageError(
-      `cannot reach the Datastore emulator at ${host} within ${Math.ceil(timeoutMs / 1_000)} s: ${why}`,
+      `cannot reach the Datastore emulator at ${host} within ${Math.ceil(timeoutMs / 1_000)} s: ${why} ` +
+        `(connect to ${redactUrl(url)})`,
       { backend: "datastore", operation: "connect", cause },
     );
   }
@@ -135,7 +136,6 @@ export const datastore: RegistryEntry = {
     );
     const { DatastoreBackend } = await import("../backends/datastore/index.js");
     const emulatorHost = parsed.host ?? (parsed.emulator ? process.env.DATASTORE_EMULATOR_HOST : undefined);
-    if (emulatorHost !== undefined) await reachEmulator(emulatorHost, timeoutMs);
     const client = new driver.Datastore({
       ...(parsed.projectId === undefined ? {} : { projectId: parsed.projectId }),
       ...(parsed.host === undefined ? {} : { apiEndpoint: parsed.host }),
@@ -150,6 +150,8 @@ export const datastore: RegistryEntry = {
         kind: parsed.container,
         namespace: options.namespace,
       });
+      // Names are checked (above) before anything is sent.
+      if (emulatorHost !== undefined) await reachEmulator(emulatorHost, url, timeoutMs);
       await reachWithin("datastore", `connect to ${redactUrl(url)}`, timeoutMs, () =>
         backend.get("oncely-registry-probe"),
       );
