@@ -244,42 +244,33 @@ export class EarlyDelivery {
 }
 
 /**
- * Reads a handler's response into memory, up to `maxBytes` of body. A larger body, or an event
- * stream, is handed to `deliver` at once as a pass-through `Response` marked with `BYPASS_HEADER`;
- * the returned promise then resolves only when that body has been fully sent (or cancelled), so the
- * key stays claimed while the handler's response is still being produced.
- *
- * A response whose body was never built into a stream (`@hono/node-server`'s lightweight
- * `Response`) is read without building it, and stays deliverable as it is: `deliverable` then
- * returns the handler's own response, so the runtime's fast path sends it.
+ * Reads a handler's response into memory, up to `maxBytes` of body, through its public members only
+ * (`headers`, `body`): the capture is then sent as a copy (`toFetchResponse`), never the handler's
+ * consumed response. A larger body, or an event stream, is handed to `deliver` at once as a
+ * pass-through `Response` marked with `BYPASS_HEADER`; the returned promise then resolves only when
+ * that body has been fully sent (or cancelled), so the key stays claimed while the handler's response
+ * is still being produced. A response without a body is captured without a promise.
  */
 export function captureFetchResponse(
   response: Response,
   maxBytes: number,
   deliver: (response: Response) => void,
 ): CapturedResponse | Promise<CapturedResponse> {
-  const cache = unbuiltCache(response);
-  // Read from the cache when it holds plain headers: `response.headers` would turn them into a
-  // `Headers` for good, and the runtime would then send the response on its slower path.
-  const headers = (cache === undefined ? undefined : cachedHeaders(cache)) ?? [...response.headers];
+  // The headers before the body: a lightweight response (`@hono/node-server`) then lists the
+  // headers the runtime would send for it (its default content type included).
+  const headers = [...response.headers];
+  const body = response.body;
   const type = headers.find(([name]) => name === "content-type")?.[1];
   if (type?.toLowerCase().startsWith("text/event-stream") === true) {
-    return passThrough(response, [], response.body?.getReader(), "streamed", deliver);
+    return passThrough(response, [], body?.getReader(), "streamed", deliver);
   }
-  const unbuilt = cache === undefined ? undefined : cachedBody(cache);
-  if (unbuilt !== undefined && unbuilt.length <= maxBytes) {
-    return new UntouchedCapture({ status: response.status, headers, body: unbuilt }, response);
-  }
-  if (response.body === null) {
+  if (body === null) {
     return { kind: "buffered", response: { status: response.status, headers, body: EMPTY } };
   }
-  return readWhole(response, response.body.getReader(), headers, maxBytes, deliver);
+  return readWhole(response, body.getReader(), headers, maxBytes, deliver);
 }
 
-/**
- * `captureFetchResponse` as a function of its own: the lightweight response above is captured
- * without a promise (synchronously), and only a response read through its stream awaits.
- */
+/** `captureFetchResponse`'s read of a body, as a function of its own (the bodyless case adds no promise). */
 async function readWhole(
   response: Response,
   reader: ReadableStreamDefaultReader<Uint8Array>,
@@ -297,99 +288,6 @@ async function readWhole(
     if (total > maxBytes) return passThrough(response, chunks, reader, "response-too-large", deliver);
   }
   return { kind: "buffered", response: { status: response.status, headers, body: concat(chunks, total) } };
-}
-
-/**
- * A buffered capture whose handler `Response` was read without consuming it, and that response. A
- * class rather than a `WeakMap` from capture to response: an entry per request costs an ephemeron
- * write barrier and work in every young-generation collection.
- */
-class UntouchedCapture {
-  readonly kind = "buffered";
-  constructor(
-    readonly response: StoredResponse,
-    readonly original: Response,
-  ) {}
-}
-
-/** The `Response` to send for a buffered capture: the handler's own when it is unread, else a copy. */
-export function deliverable(captured: CapturedResponse & { readonly kind: "buffered" }): Response {
-  return captured instanceof UntouchedCapture ? captured.original : toFetchResponse(captured.response);
-}
-
-/** Whether the handler's own `Response` is still unread (so the framework may send it as it is). */
-export function isUntouched(captured: CapturedResponse): boolean {
-  return captured instanceof UntouchedCapture;
-}
-
-/** `@hono/node-server`'s default type for a body given without one. */
-const DEFAULT_CONTENT_TYPE = "text/plain; charset=UTF-8";
-
-type UnbuiltCache = readonly [status: number, body: unknown, headers: unknown];
-
-/**
- * The cache of a lightweight `Response` that holds its body unbuilt: `@hono/node-server`'s keeps
- * `[status, body, headers]` under an own symbol described `cache` until `body` or a reader is used,
- * and building the real `Response` then costs more than the whole guard. `undefined` for any other
- * response (read it through `body` and `headers`), so a change in that library only costs speed.
- */
-function unbuiltCache(response: Response): UnbuiltCache | undefined {
-  const fields = response as unknown as Record<symbol, unknown>;
-  // The symbol found last time is tried first: listing a response's own symbols allocates an array
-  // per call. A response without it (another library, or a lightweight one already built) is
-  // scanned as before.
-  if (cacheSymbol !== undefined && Object.hasOwn(fields, cacheSymbol)) {
-    return asUnbuiltCache(fields[cacheSymbol], response);
-  }
-  for (const symbol of Object.getOwnPropertySymbols(response)) {
-    if (symbol.description !== "cache") continue;
-    cacheSymbol = symbol;
-    return asUnbuiltCache(fields[symbol], response);
-  }
-  return undefined;
-}
-
-/** The own symbol `unbuiltCache` last found a cache under. */
-let cacheSymbol: symbol | undefined;
-
-function asUnbuiltCache(cache: unknown, response: Response): UnbuiltCache | undefined {
-  if (!Array.isArray(cache) || cache.length !== 3 || cache[0] !== response.status) return undefined;
-  return cache as unknown as UnbuiltCache;
-}
-
-/** The cached body's bytes, when it is text or bytes (`undefined` for a stream or a blob). */
-function cachedBody(cache: UnbuiltCache): Uint8Array | undefined {
-  const body = cache[1];
-  if (body === null) return EMPTY;
-  // From Node's buffer pool: a small body is a slice of a shared block, not an ArrayBuffer of its own.
-  if (typeof body === "string") return Buffer.from(body, "utf8");
-  if (body instanceof Uint8Array) return body;
-  return undefined;
-}
-
-/**
- * The cached headers as the `Headers` that `response.headers` would build would list them (names in
- * lower case), when they are absent, a `Headers` or a plain record of distinct names with string
- * values already trimmed; `undefined` (read `response.headers`) for anything else.
- */
-function cachedHeaders(cache: UnbuiltCache): Array<readonly [string, string]> | undefined {
-  const init = cache[2];
-  if (init === undefined || init === null) {
-    return cache[1] === null ? [] : [["content-type", DEFAULT_CONTENT_TYPE]];
-  }
-  if (init instanceof Headers) return [...init];
-  if (typeof init !== "object" || Array.isArray(init)) return undefined;
-  const headers: Array<readonly [string, string]> = [];
-  for (const name in init) {
-    if (!Object.hasOwn(init, name)) return undefined;
-    const value: unknown = (init as Record<string, unknown>)[name];
-    if (typeof value !== "string" || value !== value.trim()) return undefined;
-    const lower = name.toLowerCase();
-    if (headers.some(([seen]) => seen === lower)) return undefined;
-    headers.push([lower, value]);
-  }
-  if (headers.length === 0 && cache[1] !== null) return undefined;
-  return headers;
 }
 
 function passThrough(

@@ -1,11 +1,4 @@
-import {
-  deliverable,
-  EarlyDelivery,
-  readFetchBody,
-  splitFetchUrl,
-  toFetchResponse,
-  withHeader,
-} from "./fetch.js";
+import { EarlyDelivery, readFetchBody, splitFetchUrl, toFetchResponse, withHeader } from "./fetch.js";
 import { BYPASS_HEADER, type HttpDecision, HttpGuard } from "./http-guard.js";
 import type { HttpIdempotencyOptions } from "./options.js";
 
@@ -36,8 +29,9 @@ export type FetchHandler<A extends unknown[] = []> = (
  * - Other methods, and requests without a key (unless `required`), reach the handler untouched.
  *
  * The handler receives the request with its body unread (served from the bytes read for the
- * fingerprint when it has a body, see `bufferedRequest`; the original otherwise), and its response is
- * sent as it returned it when it could be read without consuming it.
+ * fingerprint when it has a body, see `bufferedRequest`; the original otherwise). Its response is read
+ * through its public members and a stored one is sent as a copy of what was read (status, headers,
+ * body; not `statusText`).
  *
  * @throws ConfigurationError at wrap time for options that cannot work
  */
@@ -83,7 +77,7 @@ async function respond(
     case "answer":
       return toFetchResponse(decision.response);
     case "deliver":
-      if (decision.captured.kind === "buffered") return deliverable(decision.captured);
+      if (decision.captured.kind === "buffered") return toFetchResponse(decision.captured.response);
       // A response that went out as it was produced was handed over early, as it started.
       return early as Promise<Response>;
     case "bypass":

@@ -1,7 +1,7 @@
 import type { Context, HonoRequest, MiddlewareHandler } from "hono";
 import type { ContentfulStatusCode, StatusCode } from "hono/utils/http-status";
 import { ConfigurationError } from "../../core/errors.js";
-import { EarlyDelivery, isUntouched, readFetchBody, toFetchResponse } from "../../http/fetch.js";
+import { EarlyDelivery, readFetchBody, toFetchResponse } from "../../http/fetch.js";
 import type { RequestBody } from "../../http/fingerprint.js";
 import { BYPASS_HEADER, HttpGuard } from "../../http/http-guard.js";
 import type { HttpIdempotencyOptions } from "../../http/options.js";
@@ -113,9 +113,9 @@ export function idempotency(options: HonoIdempotencyOptions): MiddlewareHandler 
       case "answer":
         return answer(c, first.response);
       case "deliver":
-        // An unread `c.res` is sent as the handler left it; a read one is replaced by its copy
-        // (cleared first: assigning over a set `c.res` would copy its headers again).
-        if (first.captured.kind === "buffered" && !isUntouched(first.captured)) {
+        // The capture read `c.res`: its copy replaces it (cleared first: assigning over a set `c.res`
+        // would copy its headers again). A streamed `c.res` was delivered early, above.
+        if (first.captured.kind === "buffered") {
           const copy = toFetchResponse(first.captured.response);
           c.res = undefined;
           c.res = copy;
