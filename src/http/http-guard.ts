@@ -42,8 +42,15 @@ export const BYPASS_HEADER = "Idempotency-Bypass";
 /** Marks a replayed response (never the first one). */
 export const REPLAYED_HEADER = "Idempotent-Replayed";
 
-/** Why a response was not stored although the request carried a key. */
-export type BypassReason = "request-too-large" | "response-too-large" | "streamed";
+/**
+ * Why a response was not stored although the request carried a key (the `Idempotency-Bypass` value):
+ * - `request-too-large`: the request body is over `maxRequestBytes`; the handler ran unguarded;
+ * - `response-too-large`: the response body is over `maxResponseBytes`, or its stored headers over 64 KiB;
+ * - `streamed`: the response was sent as it was produced;
+ * - `response-unstorable`: anything else kept a storable response from being stored (`redact` threw,
+ *   the response could not be encoded, it ended without being completed).
+ */
+export type BypassReason = "request-too-large" | "response-too-large" | "streamed" | "response-unstorable";
 
 /** Stored headers beyond this many bytes make a response too large to store. */
 const MAX_STORED_HEADER_BYTES = 64 * 1024;
@@ -76,8 +83,13 @@ export type Admission =
 
 /** What the adapter does once `execute` resolves. */
 export type HttpDecision =
-  /** Send the captured response (buffered: as captured; passed through: it is already out). */
-  | { readonly kind: "deliver"; readonly captured: CapturedResponse }
+  /**
+   * Send the captured response (buffered: as captured; passed through: it is already out). `bypass`
+   * is set when a buffered response was not stored although its status is: the adapter marks the
+   * response it sends with `BYPASS_HEADER: bypass` (when its headers are not sent yet), and `captured`
+   * is then a copy whose headers already carry that mark (for adapters that build the response from it).
+   */
+  | { readonly kind: "deliver"; readonly captured: CapturedResponse; readonly bypass?: BypassReason }
   /** Send this response instead (a replay or a problem); the handler did not run. */
   | { readonly kind: "answer"; readonly response: StoredResponse; readonly replayed: boolean }
   /** Run the handler unguarded and mark its response with `BYPASS_HEADER`. */
@@ -119,6 +131,11 @@ export class HttpGuard<R> {
    * costs an ephemeron write barrier and work in every young-generation collection.
    */
   #prepared: { readonly captured: CapturedResponse; readonly bytes: Uint8Array } | undefined;
+  /**
+   * The captures `commit` refused although their status is stored, and why, until `execute` says so
+   * (header, warning, event). Written only on that rare path, so the hot path pays nothing for it.
+   */
+  readonly #unstored = new WeakMap<CapturedResponse, Unstored>();
 
   /**
    * @param wrapper names the entry point in configuration errors (`withIdempotency`, `idempotency`)
@@ -245,12 +262,17 @@ export class HttpGuard<R> {
       if (typeof resolved !== "string") return resolved;
       scope = resolved;
     }
-    if (request.body === "too_large") return { kind: "bypass", reason: "request-too-large" };
     const subject: HttpSubject = {
       key: scopedKey(key, scope, request.method, path),
       method: request.method,
       path,
     };
+    if (request.body === "too_large") {
+      this.#notStored(subject, EventType.RanUnguarded, "request-too-large", {
+        detail: `the request body is over maxRequestBytes (${this.#maxRequestBytes}); the handler runs unguarded`,
+      });
+      return { kind: "bypass", reason: "request-too-large" };
+    }
     const outcome = await this.#guard.run(subject, run, {
       fingerprint: fingerprint({
         method: request.method,
@@ -262,7 +284,7 @@ export class HttpGuard<R> {
       commit: (captured) => this.#commit(captured),
       afterComplete: onStored,
     });
-    if (outcome.kind !== "duplicate") return this.#translate(outcome);
+    if (outcome.kind !== "duplicate") return this.#translate(outcome, subject);
     const stored = storedOf(outcome.result);
     if (stored === undefined) return this.#unreadable(outcome.result, subject);
     return { kind: "answer", response: this.#replay(stored), replayed: true };
@@ -307,10 +329,12 @@ export class HttpGuard<R> {
   #commit(captured: CapturedResponse): boolean {
     if (captured.kind !== "buffered") return false;
     const { status } = captured.response;
-    const cacheable =
-      (status >= 200 && status < 300) ||
-      (status >= 400 && status < 500 && this.#options.cacheClientErrors === true);
-    if (!cacheable || captured.response.body.length > this.#maxResponseBytes) return false;
+    if (!this.#storable(status)) return false;
+    if (captured.response.body.length > this.#maxResponseBytes) {
+      return this.#refuse(captured, "response-too-large", {
+        detail: `the response body is over maxResponseBytes (${this.#maxResponseBytes})`,
+      });
+    }
     let stored: StoredResponse = {
       status,
       headers: storedHeaders(captured.response.headers),
@@ -322,17 +346,74 @@ export class HttpGuard<R> {
         stored = this.#options.redact({ ...stored, body: new Uint8Array(stored.body) });
         stored = { status: stored.status, headers: storedHeaders(stored.headers), body: stored.body };
       } catch (error) {
-        this.logger.error(
-          { status, error },
-          "redact threw; the response is not stored and the key is released",
-        );
-        return false;
+        return this.#refuse(captured, "response-unstorable", { detail: "redact threw", error });
       }
     }
-    const bytes = encodeStoredResponse(stored);
-    if (bytes.length - stored.body.length > MAX_STORED_HEADER_BYTES) return false;
+    let bytes: Uint8Array;
+    try {
+      bytes = encodeStoredResponse(stored);
+    } catch (error) {
+      // a status or header the layout cannot hold (a name over 64 KiB, more than 65,535 headers)
+      return this.#refuse(captured, "response-unstorable", {
+        detail: "the response cannot be encoded",
+        error,
+      });
+    }
+    const headerBytes = bytes.length - stored.body.length;
+    if (headerBytes > MAX_STORED_HEADER_BYTES) {
+      return this.#refuse(captured, "response-too-large", {
+        detail: `its stored headers take ${headerBytes} bytes, over the ${MAX_STORED_HEADER_BYTES}-byte limit`,
+      });
+    }
     this.#prepared = { captured, bytes };
     return true;
+  }
+
+  /** `commit`'s "no" for a response whose status is stored: remembered until `execute` says so. */
+  #refuse(captured: CapturedResponse, reason: BypassReason, why: Omit<Unstored, "reason">): false {
+    this.#unstored.set(captured, { reason, ...why });
+    return false;
+  }
+
+  /**
+   * Says that a keyed request's response is not stored although its status would be (SPEC §6.8): a
+   * warning line and an event (`complete_failed` for a response that ran under the claim, whose key
+   * is released so a retry runs it again; `ran_unguarded` for a request that bypassed the claim),
+   * each naming the `Idempotency-Bypass` reason. The response itself carries the header when its
+   * headers are not sent yet (the adapters' part).
+   */
+  #notStored(
+    subject: HttpSubject,
+    type: typeof EventType.CompleteFailed | typeof EventType.RanUnguarded,
+    reason: BypassReason,
+    why: Omit<Unstored, "reason">,
+  ): void {
+    const keyHash = hashKey(subject.key);
+    const consequence =
+      type === EventType.RanUnguarded
+        ? "nothing is stored, a retry runs the handler again"
+        : "the key is released, so a retry runs the handler again";
+    this.logger.warn(
+      { keyHash, method: subject.method, path: subject.path, reason, error: why.error },
+      `response not stored (${reason}): ${why.detail}; ${consequence}`,
+    );
+    const emit = (backend: string) =>
+      callHook(this.logger, "onEvent", this.#options.onEvent, {
+        type,
+        keyHash,
+        backend,
+        latencyMs: 0,
+        detail: `response not stored (${reason}): ${why.detail}`,
+        ...(why.error === undefined ? {} : { error: why.error }),
+      });
+    const configured = this.#options.backend as { readonly name?: unknown };
+    if (typeof configured.name === "string" && typeof configured !== "function") emit(configured.name);
+    else {
+      this.#guard.backend().then(
+        (backend) => emit(backend.name),
+        () => emit("unbuilt"),
+      );
+    }
   }
 
   /** A done key whose stored response cannot be decoded: fail closed (500) and say so. */
@@ -363,10 +444,15 @@ export class HttpGuard<R> {
     };
   }
 
-  #translate(outcome: Exclude<GuardOutcome<CapturedResponse>, { kind: "duplicate" }>): HttpDecision {
+  #translate(
+    outcome: Exclude<GuardOutcome<CapturedResponse>, { kind: "duplicate" }>,
+    subject: HttpSubject,
+  ): HttpDecision {
     switch (outcome.kind) {
-      case "ran":
       case "not_committed":
+        if (outcome.reason === "declined") return this.#declined(outcome.value, subject);
+        return { kind: "deliver", captured: outcome.value };
+      case "ran":
       case "unguarded":
         return { kind: "deliver", captured: outcome.value };
       case "contention":
@@ -405,6 +491,48 @@ export class HttpGuard<R> {
     }
   }
 
+  /**
+   * A response `commit` declined: by policy (its status is not stored: nothing to say) or because it
+   * could not be stored (passed through, too large, unstorable: it says so).
+   */
+  #declined(captured: CapturedResponse, subject: HttpSubject): HttpDecision {
+    if (captured.kind === "passed_through") {
+      if (this.#storable(captured.status)) {
+        this.#notStored(subject, EventType.CompleteFailed, captured.reason, {
+          detail:
+            captured.reason === "streamed"
+              ? "it was streamed (sent as it was produced)"
+              : captured.reason === "response-too-large"
+                ? `the response body is over maxResponseBytes (${this.#maxResponseBytes})`
+                : "it was not captured whole",
+        });
+      }
+      return { kind: "deliver", captured };
+    }
+    const unstored = this.#unstored.get(captured);
+    if (unstored === undefined) return { kind: "deliver", captured };
+    this.#unstored.delete(captured);
+    this.#notStored(subject, EventType.CompleteFailed, unstored.reason, unstored);
+    const { response } = captured;
+    const marked: CapturedResponse = {
+      kind: "buffered",
+      response: {
+        status: response.status,
+        headers: [...response.headers, [BYPASS_HEADER.toLowerCase(), unstored.reason]],
+        body: response.body,
+      },
+    };
+    return { kind: "deliver", captured: marked, bypass: unstored.reason };
+  }
+
+  /** Whether a response of this status is stored (2xx; 4xx with `cacheClientErrors`). */
+  #storable(status: number): boolean {
+    return (
+      (status >= 200 && status < 300) ||
+      (status >= 400 && status < 500 && this.#options.cacheClientErrors === true)
+    );
+  }
+
   #replay(stored: StoredResponse): StoredResponse {
     const replay: StoredResponse = {
       ...stored,
@@ -432,6 +560,13 @@ export class HttpGuard<R> {
 }
 
 const PASS: Admission = { kind: "pass" };
+
+/** Why a response whose status is stored was not, for the warning and the event. */
+interface Unstored {
+  readonly reason: BypassReason;
+  readonly detail: string;
+  readonly error?: unknown;
+}
 
 /** The stored response of a duplicate, when it decoded. */
 function storedOf(result: ReplayedResult<CapturedResponse>): StoredResponse | undefined {

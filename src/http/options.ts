@@ -60,18 +60,21 @@ export interface HttpIdempotencyOptions<R> {
   readonly cacheClientErrors?: boolean | undefined;
   /**
    * Requests with a larger body bypass the guard: the handler runs, nothing is stored, the response
-   * says `Idempotency-Bypass: request-too-large` (a required key is still required). @default 1_048_576
+   * says `Idempotency-Bypass: request-too-large` (a required key is still required), and a warning
+   * line and a `ran_unguarded` event say so. @default 1_048_576
    */
   readonly maxRequestBytes?: number | undefined;
   /**
    * Responses with a larger body (counted on the bytes sent, never on `Content-Length`) are delivered
    * but not stored, marked `Idempotency-Bypass: response-too-large`, and the key is released so a
-   * retry runs. @default 1_048_576
+   * retry runs (as for stored headers over 64 KiB); a warning line and a `complete_failed` event say
+   * so. @default 1_048_576
    */
   readonly maxResponseBytes?: number | undefined;
   /**
    * Edits the copy that is stored (drop a header, blank a secret in the body); the first response is
-   * sent as the handler wrote it. A throw means "do not store": the key is released. @default none
+   * sent as the handler wrote it. A throw means "do not store": the key is released, and the response
+   * says so (`Idempotency-Bypass: response-unstorable`, a warning, a `complete_failed` event). @default none
    */
   readonly redact?: ((response: StoredResponse) => StoredResponse) | undefined;
   /**

@@ -8,7 +8,15 @@ import { MemoryBackend } from "../../src/backends/memory/index.js";
 import type { OncelyEvent } from "../../src/core/events.js";
 import { silentLogger } from "../../src/core/events.js";
 import { problemType } from "../../src/http/index.js";
-import { FlakyBackend, type Reply, type Running, Script, type Surface, sleep } from "./harness.js";
+import {
+  FlakyBackend,
+  type Reply,
+  type Running,
+  recordingLogger,
+  Script,
+  type Surface,
+  sleep,
+} from "./harness.js";
 
 const key = () => `"${randomUUID()}"`;
 
@@ -369,6 +377,71 @@ export function behaviourTable(surface: Surface): void {
       const b = await app.call({ key: k });
       expect(b.body).toBe("data: 1\n\ndata: 2\n\n");
       expect(script.runs).toBe(2);
+    });
+
+    it("a response that cannot be stored (redact throws) says so: bypass header, warning, event; the retry runs", async () => {
+      const logger = recordingLogger();
+      const app = await start({
+        logger,
+        redact: () => {
+          throw new Error("redaction service down");
+        },
+      });
+      const k = key();
+      const a = await app.call({ key: k });
+      expect(a.status).toBe(201);
+      expect(JSON.parse(a.body)).toMatchObject({ order: 1 });
+      expect(a.headers.get("location")).toBe("/orders/1");
+      expect(a.headers.get("idempotency-bypass")).toBe("response-unstorable");
+      expect(logger.lines).toContainEqual({ level: "warn", message: expect.stringMatching(/not stored/) });
+      const event = events.find((e) => e.type === "complete_failed");
+      expect(event?.detail).toMatch(/response-unstorable/);
+      const b = await app.call({ key: k });
+      expect(b.headers.has("idempotent-replayed")).toBe(false);
+      expect(b.headers.get("idempotency-bypass")).toBe("response-unstorable");
+      expect(script.runs).toBe(2);
+    });
+
+    it("stored headers over 64 KiB are not stored and say so: bypass header, warning, event; the retry runs", async () => {
+      const logger = recordingLogger();
+      // The stored copy grows past the limit (the response sent stays small enough for any client).
+      const app = await start({
+        logger,
+        redact: (stored) => ({ ...stored, headers: [...stored.headers, ["x-audit", "a".repeat(70_000)]] }),
+      });
+      const k = key();
+      const a = await app.call({ key: k });
+      expect(a.status).toBe(201);
+      expect(a.headers.get("idempotency-bypass")).toBe("response-too-large");
+      expect(a.headers.has("x-audit")).toBe(false);
+      expect(logger.lines).toContainEqual({ level: "warn", message: expect.stringMatching(/not stored/) });
+      expect(events.find((e) => e.type === "complete_failed")?.detail).toMatch(/response-too-large/);
+      const b = await app.call({ key: k });
+      expect(b.headers.has("idempotent-replayed")).toBe(false);
+      expect(script.runs).toBe(2);
+    });
+
+    it("an oversized, a streamed and a bypassed request's response each log a warning and an event", async () => {
+      const logger = recordingLogger();
+      const app = await start({ logger, maxResponseBytes: 100, maxRequestBytes: 64 });
+      script.plan = (run) =>
+        run === 1
+          ? { body: JSON.stringify({ blob: "y".repeat(500) }) }
+          : run === 2
+            ? { stream: ["a", "b"] }
+            : {};
+      expect((await app.call({ key: key() })).headers.get("idempotency-bypass")).toBe("response-too-large");
+      expect((await app.call({ key: key() })).headers.get("idempotency-bypass")).toBe("streamed");
+      const big = await app.call({ key: key(), body: JSON.stringify({ note: "x".repeat(100) }) });
+      expect(big.headers.get("idempotency-bypass")).toBe("request-too-large");
+      const warned = logger.lines.filter((line) => line.level === "warn").map((line) => line.message);
+      for (const reason of ["response-too-large", "streamed", "request-too-large"]) {
+        expect(warned.some((message) => message.includes(reason))).toBe(true);
+      }
+      const details = events.map((e) => `${e.type} ${e.detail ?? ""}`);
+      expect(details).toContainEqual(expect.stringMatching(/^complete_failed .*response-too-large/));
+      expect(details).toContainEqual(expect.stringMatching(/^complete_failed .*streamed/));
+      expect(details).toContainEqual(expect.stringMatching(/^ran_unguarded .*request-too-large/));
     });
 
     it("a corrupt stored record is treated as absent: the handler runs, an event says so", async () => {

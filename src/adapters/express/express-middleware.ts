@@ -61,6 +61,8 @@ export function idempotency<Req extends ExpressRequestLike = ExpressRequestLike>
     );
     switch (decision.kind) {
       case "deliver":
+        // Not stored although its status would be: the response says so (while it still can).
+        if (decision.bypass !== undefined && !res.headersSent) res.setHeader(BYPASS_HEADER, decision.bypass);
         capture.release();
         return;
       case "answer":

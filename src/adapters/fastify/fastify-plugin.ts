@@ -205,6 +205,9 @@ export async function idempotency(
       (first) => {
         // Once the handler started, `onSend` captured its reply and waits for the record.
         if (started) {
+          if (first.kind === "deliver" && first.bypass !== undefined) {
+            reply.header(BYPASS_HEADER, first.bypass);
+          }
           release(state);
           return;
         }
