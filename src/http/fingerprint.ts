@@ -4,17 +4,25 @@
  * told so (422) instead of being served the first payload's response.
  *
  * Canonical forms, chosen so that equal requests hash equal however they were serialised or parsed:
- * - JSON (`application/json`, `*+json`): keys sorted at every depth, no insignificant whitespace;
+ * - JSON (`application/json`, `*+json`): keys sorted at every depth, no insignificant whitespace,
+ *   numbers by exact decimal value (`core/canonical-json.ts`);
  * - forms (`application/x-www-form-urlencoded`): pairs sorted by name (values of one name keep their
- *   order), re-encoded;
+ *   order), re-encoded; a form whose escapes are not UTF-8 (`%FF`, which decodes to U+FFFD like any
+ *   other such byte) by its raw bytes;
  * - anything else, and any body that fails to parse: its raw bytes.
- * The body may come as raw bytes or as a value a framework already parsed (Express after
- * `express.json()`, a JSON body on Fastify); both give the same fingerprint. Nothing here throws.
+ *
+ * A fingerprint is exact or there is none. The body may come as raw bytes or as a value a framework
+ * already parsed (Express after `express.json()`, a JSON body on Fastify); both give the same
+ * fingerprint when the parse lost nothing. Bytes always canonicalise exactly, at any depth and with
+ * every number as written. A parsed value whose parse may have lost something (an integer beyond
+ * ±(2^53 − 1), which `JSON.parse` rounds, so `…993` and `…992` arrive alike; a U+FFFD, which parsers
+ * also make of any bytes that are not UTF-8) cannot be told apart from another request's, and gets no
+ * fingerprint: the answer is `inexact` and the surface refuses the request (422 `body-inexact`) rather
+ * than risk replaying another request's response.
  */
-import { inspect } from "node:util";
-import { canonicalJson } from "../core/canonical-json.js";
+import { CanonicalJsonError, canonicalJson, canonicalJsonText } from "../core/canonical-json.js";
 
-export { canonicalJson };
+export { canonicalJson, canonicalJsonText };
 
 import { lengthPrefixedHash } from "./hash.js";
 
@@ -52,17 +60,31 @@ const encoder = new TextEncoder();
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
 const UNRESERVED = /^[A-Za-z0-9\-._~]$/;
 
-/** `v1:` and the base64url SHA-256 of the canonical request. */
-export function fingerprint(input: FingerprintInput): string {
+/**
+ * A request's fingerprint, or why it has none: a body a framework parsed in a way that may have lost
+ * what tells two requests apart.
+ */
+export type RequestFingerprint =
+  /** `v1:` and the base64url SHA-256 of the canonical request. */
+  | { readonly kind: "exact"; readonly fingerprint: string }
+  /** `reason` says what could not be fingerprinted exactly, in words a client can act on. */
+  | { readonly kind: "inexact"; readonly reason: string };
+
+/** The request's fingerprint (see the module comment). Never throws. */
+export function fingerprint(input: FingerprintInput): RequestFingerprint {
   const body = canonicalParts(input.contentType, input.body);
-  return `${FINGERPRINT_VERSION}:${lengthPrefixedHash([
-    FINGERPRINT_VERSION,
-    input.method.toUpperCase(),
-    canonicalPath(input.path),
-    sortedQuery(input.query),
-    body.kind,
-    body.part,
-  ])}`;
+  if (body.kind === "inexact") return { kind: "inexact", reason: body.part };
+  return {
+    kind: "exact",
+    fingerprint: `${FINGERPRINT_VERSION}:${lengthPrefixedHash([
+      FINGERPRINT_VERSION,
+      input.method.toUpperCase(),
+      canonicalPath(input.path),
+      sortedQuery(input.query),
+      body.kind,
+      body.part,
+    ])}`,
+  };
 }
 
 /**
@@ -86,23 +108,29 @@ export function sortedQuery(query: string): string {
   return params.toString();
 }
 
-/** The body's canonical form and which rule produced it. Never throws. */
+/**
+ * The body's canonical form and which rule produced it; `undefined` for a parsed body that cannot be
+ * canonicalised exactly (see `fingerprint`). Never throws.
+ */
 export function canonicalBody(
   contentType: string | undefined,
   body: RequestBody,
-): { readonly kind: "none" | "json" | "form" | "raw"; readonly bytes: Uint8Array } {
+): { readonly kind: "none" | "json" | "form" | "raw"; readonly bytes: Uint8Array } | undefined {
   const { kind, part } = canonicalParts(contentType, body);
+  if (kind === "inexact") return undefined;
   return { kind, bytes: typeof part === "string" ? encoder.encode(part) : part };
 }
+
+/** A canonical body part, or (`inexact`) why there is none. */
+type CanonicalPart =
+  | { readonly kind: "none" | "json" | "form" | "raw"; readonly part: string | Uint8Array }
+  | { readonly kind: "inexact"; readonly part: string };
 
 /**
  * `canonicalBody` with a canonical text left as a string: the hash writes it as UTF-8 itself, the
  * same bytes `canonicalBody` encodes, without an encoder round trip.
  */
-function canonicalParts(
-  contentType: string | undefined,
-  body: RequestBody,
-): { readonly kind: "none" | "json" | "form" | "raw"; readonly part: string | Uint8Array } {
+function canonicalParts(contentType: string | undefined, body: RequestBody): CanonicalPart {
   const type = mediaType(contentType);
   if (body.kind === "none") return { kind: "none", part: EMPTY };
   if (body.kind === "parsed" && !isBytesLike(body.value)) return canonicalParsed(type, body.value);
@@ -110,11 +138,16 @@ function canonicalParts(
   if (bytes.length === 0) return { kind: "none", part: bytes };
   try {
     if (type === "json") {
-      const value: unknown = JSON.parse(text(bytes));
+      const source = text(bytes);
+      const value: unknown = JSON.parse(source);
       if (body.kind === "bytes" && body.json !== undefined) body.json.parsed = { value };
-      return { kind: "json", part: canonicalJson(value) };
+      return { kind: "json", part: exactJson(source, value) };
     }
-    if (type === "form") return { kind: "form", part: canonicalForm(formPairs(text(bytes))) };
+    if (type === "form") {
+      const source = text(bytes);
+      // escapes that are not UTF-8 all decode to U+FFFD: the bytes tell them apart, the pairs would not
+      if (!decodesLossily(source)) return { kind: "form", part: canonicalForm(formPairs(source)) };
+    }
   } catch {
     // not what the content type claims: fall through to the raw bytes
   }
@@ -123,43 +156,80 @@ function canonicalParts(
 
 const EMPTY = new Uint8Array(0);
 
-function canonicalParsed(
-  type: "json" | "form" | "other",
-  value: unknown,
-): { readonly kind: "none" | "json" | "form" | "raw"; readonly part: string } {
-  try {
-    if (type === "form" && typeof value === "object" && value !== null) {
-      return { kind: "form", part: canonicalForm(objectPairs(value)) };
+/**
+ * Where a JSON text may hold a number that `JSON.parse` rounds: 16 or more digits in a row (a
+ * decimal of at most 15 significant digits survives the round trip through a double), or an exponent
+ * of three digits or more below zero (a subnormal or zero from underflow). A large positive exponent
+ * overflows to `Infinity`, which `canonicalJson` refuses. A match inside a string only costs the
+ * slower exact path.
+ */
+const MAY_ROUND = /[0-9][0-9.]{15}|[eE]-[0-9]{3}/;
+
+/**
+ * The canonical text of a JSON body, every number as written. Most bodies hold no number a parse
+ * would round: the value just parsed then gives the same text, faster. Otherwise (or for `Infinity`)
+ * the text itself is canonicalised.
+ */
+function exactJson(source: string, value: unknown): string {
+  if (!MAY_ROUND.test(source)) {
+    try {
+      return canonicalJson(value);
+    } catch {
+      // a number beyond a double's range: the text keeps it
     }
-    return { kind: "json", part: canonicalJson(value) };
-  } catch {
-    // Not JSON (a parser's BigInt, a cycle, nesting past the limit): a description that tells
-    // values apart, never one text for every object.
-    return { kind: "raw", part: describe(value) };
   }
+  return canonicalJsonText(source);
 }
 
 /**
- * A parsed value JSON cannot write, as text: `util.inspect` with sorted keys and nothing cut short,
- * so two different values never share one description (`String(value)` gives every object
- * `[object Object]`, which would make every such body look like the first).
+ * Whether URL-decoding a form loses bytes: a run of escapes that is not UTF-8 (`%FF`, a lone `%C3`)
+ * decodes to U+FFFD, whatever the bytes were. Checked only when there is an escape of a byte ≥ 0x80.
  */
-function describe(value: unknown): string {
-  if (typeof value !== "object" || value === null) return String(value);
-  try {
-    return inspect(value, {
-      sorted: true,
-      depth: Number.POSITIVE_INFINITY,
-      maxArrayLength: Number.POSITIVE_INFINITY,
-      maxStringLength: Number.POSITIVE_INFINITY,
-      breakLength: Number.POSITIVE_INFINITY,
-      compact: true,
-      customInspect: false,
-      getters: false,
-    });
-  } catch {
-    return String(value);
+function decodesLossily(source: string): boolean {
+  if (!HIGH_ESCAPE.test(source)) return false;
+  for (const run of source.match(ESCAPE_RUNS) ?? []) {
+    try {
+      decodeURIComponent(run);
+    } catch {
+      return true;
+    }
   }
+  return false;
+}
+
+const HIGH_ESCAPE = /%[89A-Fa-f][0-9A-Fa-f]/;
+const ESCAPE_RUNS = /(?:%[0-9A-Fa-f]{2})+/g;
+
+/** What body parsers make of bytes that are not UTF-8; in a parsed value it no longer says which. */
+const REPLACEMENT = "\uFFFD";
+
+function canonicalParsed(type: "json" | "form" | "other", value: unknown): CanonicalPart {
+  let part: CanonicalPart;
+  try {
+    if (type === "form" && typeof value === "object" && value !== null) {
+      part = { kind: "form", part: canonicalForm(objectPairs(value)) };
+    } else {
+      part = { kind: "json", part: canonicalJson(value, { parsed: true }) };
+    }
+  } catch (error) {
+    // Never a lossy description instead (one text for two different bodies replays the wrong response).
+    return inexact(error instanceof CanonicalJsonError ? error.message : String(error));
+  }
+  // U+FFFD stays itself in canonical JSON and is %EF%BF%BD in a canonical form
+  const text = part.part as string;
+  if (text.includes(part.kind === "form" ? "%EF%BF%BD" : REPLACEMENT)) {
+    return inexact(
+      "a string holds U+FFFD, which the parser also makes of bytes that are not UTF-8, so it no longer says which bytes were sent",
+    );
+  }
+  return part;
+}
+
+function inexact(why: string): CanonicalPart {
+  return {
+    kind: "inexact",
+    part: `the request body, as the framework's parser left it, cannot be fingerprinted exactly (${why}); send large integers as strings and text as UTF-8, or let the raw body be fingerprinted (Express: mount the middleware before the body parser)`,
+  };
 }
 
 /** Whether the fingerprint canonicalises a body of this content type as JSON (`…/json`, `…+json`). */
@@ -194,19 +264,34 @@ function formPairs(body: string): Array<[string, string]> {
 
 /**
  * The pairs of a form a parser already turned into an object: repeated names are arrays (Node's
- * `querystring`, `express.urlencoded()`), nested objects spell bracketed names (`a[b]`).
+ * `querystring`, `express.urlencoded()`), nested objects spell bracketed names (`a[b]`), an object or
+ * array inside an array its index (`a[0][b]`). Walked with an explicit stack, in the object's order.
+ *
+ * @throws CanonicalJsonError for an object met twice (a cycle; no form parser makes one)
  */
-function objectPairs(value: object, prefix?: string): Array<[string, string]> {
+function objectPairs(root: object): Array<[string, string]> {
   const pairs: Array<[string, string]> = [];
-  for (const [name, member] of Object.entries(value)) {
-    const full = prefix === undefined ? name : `${prefix}[${name}]`;
-    if (Array.isArray(member)) {
-      for (const item of member) pairs.push([full, String(item)]);
-    } else if (member !== null && typeof member === "object") {
-      pairs.push(...objectPairs(member, full));
-    } else if (member !== undefined) {
-      pairs.push([full, String(member)]);
+  const seen = new Set<object>([root]);
+  // Pending (name, value) entries, the next one last.
+  const pending: Array<readonly [string, unknown]> = Object.entries(root).reverse();
+  for (let entry = pending.pop(); entry !== undefined; entry = pending.pop()) {
+    const [name, member] = entry;
+    if (member === undefined) continue;
+    if (member === null || typeof member !== "object") {
+      pairs.push([name, String(member)]);
+      continue;
     }
+    if (seen.has(member)) throw new CanonicalJsonError("the form value contains a cycle");
+    seen.add(member);
+    const children: Array<readonly [string, unknown]> = [];
+    if (Array.isArray(member)) {
+      member.forEach((item: unknown, index) => {
+        children.push([item !== null && typeof item === "object" ? `${name}[${index}]` : name, item]);
+      });
+    } else {
+      for (const [child, value] of Object.entries(member)) children.push([`${name}[${child}]`, value]);
+    }
+    for (let i = children.length - 1; i >= 0; i--) pending.push(children[i] as readonly [string, unknown]);
   }
   return pairs;
 }

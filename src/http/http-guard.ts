@@ -273,14 +273,23 @@ export class HttpGuard<R> {
       });
       return { kind: "bypass", reason: "request-too-large" };
     }
+    const print = fingerprint({
+      method: request.method,
+      path,
+      query: request.query,
+      contentType: request.contentType,
+      body: request.body,
+    });
+    if (print.kind === "inexact") {
+      // No fingerprint rather than a lossy one: another request's response must never be replayed.
+      this.logger.warn(
+        { method: request.method, path },
+        "the request body cannot be fingerprinted exactly; refused (body-inexact), the handler does not run",
+      );
+      return { kind: "answer", response: this.#problem("body-inexact", print.reason), replayed: false };
+    }
     const outcome = await this.#guard.run(subject, run, {
-      fingerprint: fingerprint({
-        method: request.method,
-        path,
-        query: request.query,
-        contentType: request.contentType,
-        body: request.body,
-      }),
+      fingerprint: print.fingerprint,
       commit: (captured) => this.#commit(captured),
       afterComplete: onStored,
     });

@@ -8,6 +8,7 @@
  * | key-malformed         | 400              | 400                |
  * | scope-unresolved      | 400              | 400                |
  * | payload-mismatch      | 422              | 400                |
+ * | body-inexact          | 422              | 400                |
  * | in-progress           | 409              | 409                |
  * | storage-unavailable   | 503              | 503                |
  * | replay-unavailable    | 500              | 500                |
@@ -26,6 +27,11 @@ export const ProblemKind = {
   ScopeUnresolved: "scope-unresolved",
   /** The key was first used with another request (method, path, query or body differ). */
   PayloadMismatch: "payload-mismatch",
+  /**
+   * The body, as a framework's parser left it, cannot be fingerprinted exactly (an integer beyond
+   * ±(2^53 − 1) the parse may have rounded): refused rather than risk replaying another request's response.
+   */
+  BodyInexact: "body-inexact",
   /** The first request with this key is still being processed (after any `wait`). */
   InProgress: "in-progress",
   /** The store could not be reached before the handler ran; nothing ran. */
@@ -45,6 +51,7 @@ const TITLES: Record<ProblemKind, string> = {
   "key-malformed": "Idempotency-Key header is malformed",
   "scope-unresolved": "Idempotency scope could not be resolved",
   "payload-mismatch": "Idempotency-Key reused with a different request",
+  "body-inexact": "Request body cannot be fingerprinted exactly",
   "in-progress": "A request with this Idempotency-Key is in progress",
   "storage-unavailable": "Idempotency store unavailable",
   "replay-unavailable": "Stored response unavailable",
@@ -57,6 +64,7 @@ export const PROBLEM_STATUS: Readonly<Record<Compat, Readonly<Record<ProblemKind
     "key-malformed": 400,
     "scope-unresolved": 400,
     "payload-mismatch": 422,
+    "body-inexact": 422,
     "in-progress": 409,
     "storage-unavailable": 503,
     "replay-unavailable": 500,
@@ -66,6 +74,7 @@ export const PROBLEM_STATUS: Readonly<Record<Compat, Readonly<Record<ProblemKind
     "key-malformed": 400,
     "scope-unresolved": 400,
     "payload-mismatch": 400,
+    "body-inexact": 400,
     "in-progress": 409,
     "storage-unavailable": 503,
     "replay-unavailable": 500,

@@ -1,11 +1,12 @@
 import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import {
-  canonicalBody,
+  canonicalBody as canonicalBodyOf,
   canonicalJson,
   canonicalPath,
   type FingerprintInput,
-  fingerprint,
+  type RequestBody,
+  fingerprint as requestFingerprint,
   sortedQuery,
 } from "../../src/http/fingerprint.js";
 import { scopedKey } from "../../src/http/scope.js";
@@ -13,6 +14,20 @@ import { scopedKey } from "../../src/http/scope.js";
 const bytes = (text: string) => new TextEncoder().encode(text);
 const json = "application/json";
 const form = "application/x-www-form-urlencoded";
+
+/** The fingerprint of a request whose body canonicalises exactly. */
+function fingerprint(input: FingerprintInput): string {
+  const print = requestFingerprint(input);
+  if (print.kind !== "exact") throw new Error(`no fingerprint: ${print.reason}`);
+  return print.fingerprint;
+}
+
+/** The canonical form of a body that canonicalises exactly. */
+function canonicalBody(contentType: string | undefined, body: RequestBody) {
+  const canonical = canonicalBodyOf(contentType, body);
+  if (canonical === undefined) throw new Error("no exact canonical form");
+  return canonical;
+}
 
 function request(overrides: Partial<FingerprintInput> = {}): FingerprintInput {
   return {
@@ -120,9 +135,6 @@ describe("request fingerprint (§6.4)", () => {
     expect(of({ n: 1n })).toBe(of({ n: 1n }));
     expect(of({ n: 1n })).not.toBe(of({ n: 2n }));
     expect(of({ b: 2n, a: 1 })).toBe(of({ a: 1, b: 2n }));
-    const cycle: Record<string, unknown> = { a: 1 };
-    cycle.self = cycle;
-    expect(of(cycle)).not.toBe(of({ a: 2, self: {} }));
   });
 
   it("gives a parsed body the fingerprint of its raw bytes (Express after a body parser)", () => {
@@ -148,6 +160,110 @@ describe("request fingerprint (§6.4)", () => {
     expect(fingerprint(request({ body: { kind: "bytes", bytes: new Uint8Array(0) } }))).toBe(
       fingerprint(request()),
     );
+  });
+});
+
+describe("exact fingerprints (issue 22)", () => {
+  const raw = (text: string, contentType = json) =>
+    fingerprint(request({ contentType, body: { kind: "bytes", bytes: bytes(text) } }));
+  const parsed = (value: unknown, contentType = json) =>
+    requestFingerprint(request({ contentType, body: { kind: "parsed", value } }));
+  const deepText = (depth: number, leaf: string) =>
+    `${'{"z":1,"a":'.repeat(depth)}${leaf}${"}".repeat(depth)}`;
+
+  it("tells apart integers beyond 2^53 in a body's bytes, and keeps equal texts alike", () => {
+    expect(raw('{"id":9007199254740993}')).not.toBe(raw('{"id":9007199254740992}'));
+    expect(raw('{"id":9007199254740993}')).toBe(raw('{ "id" : 9007199254740993 }'));
+    expect(raw("[1e400]")).not.toBe(raw("[1e401]"));
+    expect(raw("[1e-400]")).not.toBe(raw("[2e-400]"));
+    expect(raw("[0.10000000000000000001]")).not.toBe(raw("[0.1]"));
+    // one number, however it is spelled (1.0, 1e0); a string of 16 digits takes the exact path
+    expect(raw('{"n":1.0,"card":"4242424242424242"}')).toBe(raw('{"card":"4242424242424242","n":1e0}'));
+    expect(raw('{"n":1,"card":"4242424242424242"}')).toBe(
+      fingerprint(request({ body: { kind: "parsed", value: { n: 1, card: "4242424242424242" } } })),
+    );
+  });
+
+  it("fingerprints bodies nested 10,000 levels exactly, from bytes and from a parsed value alike", () => {
+    const one = deepText(10_000, '"one"');
+    expect(raw(one)).toBe(raw(deepText(10_000, ' "one" ')));
+    expect(raw(one)).not.toBe(raw(deepText(10_000, '"two"')));
+    const fromParsed = parsed(JSON.parse(one));
+    expect(fromParsed).toEqual({ kind: "exact", fingerprint: raw(one) });
+    expect(parsed(JSON.parse(deepText(10_000, '"two"')))).not.toEqual(fromParsed);
+    expect(raw(deepText(10_000, "9007199254740993"))).not.toBe(raw(deepText(10_000, "9007199254740992")));
+  });
+
+  it("keeps lone surrogates in a JSON body distinct from each other and from U+FFFD", () => {
+    const prints = ["\\ud800", "\\udc00", "\\ufffd", "\\uD800"].map((sequence) =>
+      raw(`{"t":"t${sequence}"}`),
+    );
+    expect(new Set(prints.slice(0, 3)).size).toBe(3);
+    expect(prints[3]).toBe(prints[0]);
+  });
+
+  it("refuses a parsed body whose parse may have rounded an integer (beyond ±(2^53 − 1))", () => {
+    for (const value of [{ id: 2 ** 53 }, { a: [1, { id: -(2 ** 53) }] }, { n: 1e21 }, 2 ** 60]) {
+      const refused = parsed(value);
+      expect(refused.kind).toBe("inexact");
+      expect(refused.kind === "inexact" && refused.reason).toMatch(/beyond ±\(2\^53 − 1\).*as strings/);
+    }
+    expect(parsed({ id: 2 ** 53 - 1 })).toEqual({
+      kind: "exact",
+      fingerprint: raw('{"id":9007199254740991}'),
+    });
+    expect(canonicalBodyOf(json, { kind: "parsed", value: { id: 2 ** 53 } })).toBeUndefined();
+  });
+
+  it("writes a parser's BigInt exactly (as the bytes would be), refuses cycles, Maps and Sets", () => {
+    expect(parsed({ id: 9007199254740993n })).toEqual({
+      kind: "exact",
+      fingerprint: raw('{"id":9007199254740993}'),
+    });
+    expect(parsed({ id: 9007199254740993n })).not.toEqual(parsed({ id: 9007199254740992n }));
+    const cycle: Record<string, unknown> = { a: 1 };
+    cycle.self = cycle;
+    for (const value of [cycle, { m: new Map([["a", 1]]) }, { s: new Set([1]) }, [Number.NaN]]) {
+      expect(parsed(value).kind).toBe("inexact");
+    }
+  });
+
+  it("flattens a parsed form's objects inside arrays by index, never one text for all", () => {
+    const of = (value: unknown) => parsed(value, form);
+    expect(of({ a: [{ b: "1" }] })).not.toEqual(of({ a: [{ b: "2" }] }));
+    expect(of({ a: [{ b: "1" }, "x"] })).toEqual({
+      kind: "exact",
+      fingerprint: raw("a%5B0%5D%5Bb%5D=1&a=x", form),
+    });
+    let nested: Record<string, unknown> = { leaf: "x" };
+    for (let i = 0; i < 10_000; i++) nested = { n: nested };
+    expect(of(nested).kind).toBe("exact");
+    const cycle: Record<string, unknown> = { a: "1" };
+    cycle.self = cycle;
+    expect(of(cycle).kind).toBe("inexact");
+  });
+  it("keeps bytes that are not UTF-8 distinct: a form's escapes as sent, a parsed U+FFFD refused", () => {
+    // URLSearchParams decodes both %FF and %FE to U+FFFD: the canonical form would make them one body
+    expect(raw("a=%FF", form)).not.toBe(raw("a=%FE", form));
+    expect(raw("a=%C3", form)).not.toBe(raw("a=%EF%BF%BD", form));
+    expect(raw("b=2&a=%C3%A9", form)).toBe(raw("a=%c3%a9&b=2", form));
+    expect(raw("a=%C3%A9+x", form)).toBe(
+      fingerprint(request({ contentType: form, body: { kind: "parsed", value: { a: "é x" } } })),
+    );
+    // a parser decodes bytes that are not UTF-8 to U+FFFD: the value no longer says which bytes came
+    for (const [value, type] of [
+      [{ t: "a\ufffd" }, json],
+      [["\ufffd"], json],
+      [{ "\ufffd": 1 }, json],
+      [{ a: "\ufffd" }, form],
+      [{ a: ["x", "\ufffd"] }, form],
+    ] as const) {
+      const refused = parsed(value, type);
+      expect(refused.kind).toBe("inexact");
+      expect(refused.kind === "inexact" && refused.reason).toMatch(/U\+FFFD/);
+    }
+    // the same character read from bytes is exact: it was sent as U+FFFD
+    expect(raw('{"t":"a\ufffd"}')).toBe(raw('{"t":"a\\ufffd"}'));
   });
 });
 
