@@ -23,7 +23,10 @@ export const ProblemKind = {
   KeyMissing: "key-missing",
   /** The header is empty, over 255 bytes, repeated or not a valid value. */
   KeyMalformed: "key-malformed",
-  /** A configured `scope` extractor yielded no tenant (or threw): refused rather than shared. */
+  /**
+   * A configured `scope` extractor yielded no tenant, threw, or yielded one the key rule refuses (a
+   * lone surrogate, NUL): refused rather than shared.
+   */
   ScopeUnresolved: "scope-unresolved",
   /** The key was first used with another request (method, path, query or body differ). */
   PayloadMismatch: "payload-mismatch",

@@ -1,6 +1,9 @@
 import { describe, expect, it } from "vitest";
+import { natsDefaultKey } from "../../src/brokers/nats/index.js";
+import { rabbitDefaultKey } from "../../src/brokers/rabbitmq/index.js";
 import { InvalidKeyError } from "../../src/core/errors.js";
 import { keyTextProblem, MAX_KEY_BYTES, validateKey } from "../../src/core/keys.js";
+import { defaultKey } from "../../src/pubsub/index.js";
 
 function refusal(key: unknown): InvalidKeyError {
   try {
@@ -99,5 +102,39 @@ describe("keyTextProblem: the rule for every string that names a record", () => 
     expect(keyTextProblem("t\uDC00", "payloadHash")).toMatch(/^payloadHash is not well-formed UTF-16/);
     expect(keyTextProblem("t\u0000", "scope")).toMatch(/^scope holds NUL \(U\+0000\) at index 1/);
     expect(keyTextProblem("t\u0000")).toMatch(/^key holds NUL/);
+  });
+});
+
+describe("the default keys of the message surfaces keep what the rule refuses, so the guard refuses it", () => {
+  // Each default key joins its parts with `:` (so a lone surrogate at a part's edge never pairs up
+  // with the next part's first unit) and changes no character: a part with a lone surrogate or NUL
+  // gives a key validateKey refuses (refused: 400 on a push, a dead letter on a broker), never a key
+  // that merges with another.
+  const rabbit = (queue: string, messageId: string) =>
+    rabbitDefaultKey({ queue, messageId } as Parameters<typeof rabbitDefaultKey>[0]);
+  const nats = (stream: string, msgId: string) =>
+    natsDefaultKey({ stream, consumer: "c", msgId, sequence: 1 } as Parameters<typeof natsDefaultKey>[0]);
+  const pubsub = (subscription: string, messageId: string) =>
+    defaultKey({ form: "push", subscription, messageId } as Parameters<typeof defaultKey>[0]);
+  const cloudEvent = (source: string, id: string) =>
+    defaultKey({
+      form: "cloudevent-binary",
+      subscription: "s",
+      cloudEvent: { source, id },
+    } as unknown as Parameters<typeof defaultKey>[0]);
+
+  it.each([
+    ["RabbitMQ messageId", () => rabbit("q", "m\uD800")],
+    ["RabbitMQ queue ending in a high surrogate", () => rabbit("q\uD800", "\uDC00m")],
+    ["RabbitMQ messageId with NUL", () => rabbit("q", "m\u0000")],
+    ["NATS Nats-Msg-Id", () => nats("S", "\uDC00")],
+    ["NATS Nats-Msg-Id with NUL", () => nats("S", "a\u0000b")],
+    ["Pub/Sub messageId", () => pubsub("projects/p/subscriptions/s", "1\uDFFF")],
+    ["Pub/Sub subscription and messageId at the seam", () => pubsub("s\uD83C", "\uDF89")],
+    ["CloudEvent source at the seam", () => cloudEvent("src\uD83C", "\uDF89")],
+    ["CloudEvent id with NUL", () => cloudEvent("src", "\u0000")],
+  ])("%s", (_name, make) => {
+    const key = make();
+    expect(() => validateKey(key)).toThrow(InvalidKeyError);
   });
 });
