@@ -262,6 +262,12 @@ describe("exact fingerprints (issue 22)", () => {
       expect(refused.kind).toBe("inexact");
       expect(refused.kind === "inexact" && refused.reason).toMatch(/U\+FFFD/);
     }
+    // express.text(): a string decoded as leniently; a Buffer (express.raw()) is the bytes themselves
+    expect(parsed("a\ufffd", "text/plain").kind).toBe("inexact");
+    expect(parsed(Buffer.from([0x61, 0xff]), "text/plain").kind).toBe("exact");
+    expect(parsed(Buffer.from([0x61, 0xff]), "text/plain")).not.toEqual(
+      parsed(Buffer.from([0x61, 0xfe]), "text/plain"),
+    );
     // the same character read from bytes is exact: it was sent as U+FFFD
     expect(raw('{"t":"a\ufffd"}')).toBe(raw('{"t":"a\\ufffd"}'));
   });
