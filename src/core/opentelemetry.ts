@@ -1,9 +1,10 @@
 /**
  * OpenTelemetry for oncely, through `@opentelemetry/api` (an optional peer, typed structurally here:
- * the core never imports it). The first guarded call looks for the package where Node resolves it
- * from oncely's own files (`discoverOpenTelemetry`, called by `currentTelemetry`); when it is not
- * installed nothing else runs, and until an SDK registers a provider guarded calls pay nothing.
- * `enableOpenTelemetry(api)` (in `telemetry.ts`) hands over a chosen copy instead.
+ * the core never imports or loads it). Guarded calls use the copy the application loaded, found in
+ * Node's module cache at the path Node resolves the package to from oncely's own files
+ * (`watchOpenTelemetry`, asked by `currentTelemetry`); when it is not installed nothing else runs,
+ * and until an SDK registers a provider guarded calls pay nothing. `enableOpenTelemetry(api)` (in
+ * `telemetry.ts`) hands over a chosen copy instead.
  *
  * Spans (one per guarded call; the verb's span is a child of the surface's):
  * - `oncely.lock`, `oncely.mutex`: attributes `oncely.decision`, `oncely.backend`, `oncely.key_hash`,
@@ -198,19 +199,30 @@ export function openTelemetryBinding(api: OpenTelemetryApiLike, version = "0"): 
 }
 
 /**
- * Looks for `@opentelemetry/api` the way Node resolves it from this file (synchronously, so the
- * first guarded call is already reported) and returns a binding to it, or `undefined` when it is
- * not installed or not the API. In Node, `import` and `require` of the package load the same copy,
- * so the binding sees the provider the application's SDK registers. A bundle that inlines oncely
- * resolves from the bundle's location instead: there, `enableOpenTelemetry(api)` hands over the copy.
+ * Watches for `@opentelemetry/api` at the path Node resolves it to from this file, in Node's module
+ * cache (`require.cache`; an ESM `import` of the package lands there too, since its Node entry is
+ * CommonJS). Returns `undefined` when the package is not installed here; otherwise a probe that
+ * answers a binding once the application has loaded that copy, and `undefined` until then. oncely
+ * never loads the package itself: an SDK can only register a provider through a loaded API, so an
+ * application that never loads it pays no load, and one that loads it later is seen from then on.
+ * A bundle that inlines oncely resolves from the bundle's location instead: there,
+ * `enableOpenTelemetry(api)` hands over the copy.
  */
-export function discoverOpenTelemetry(): Telemetry | undefined {
-  let loaded: Partial<OpenTelemetryApiLike> | undefined;
+export function watchOpenTelemetry(): (() => Telemetry | undefined) | undefined {
+  let cache: NodeJS.Dict<NodeJS.Module>;
+  let path: string;
   try {
-    loaded = createRequire(import.meta.url)("@opentelemetry/api") as Partial<OpenTelemetryApiLike>;
+    const require = createRequire(import.meta.url);
+    path = require.resolve("@opentelemetry/api");
+    cache = require.cache;
   } catch {
-    return undefined; // not installed (or not loadable here): a missing optional peer is not an error
+    return undefined; // not installed (or not resolvable here): a missing optional peer is not an error
   }
-  if (loaded?.SpanStatusCode === undefined || loaded.trace === undefined) return undefined;
-  return openTelemetryBinding(loaded as OpenTelemetryApiLike);
+  return () => {
+    const module = cache[path];
+    if (module?.loaded !== true) return undefined;
+    const api = module.exports as Partial<OpenTelemetryApiLike> | undefined;
+    if (api?.SpanStatusCode === undefined || api.trace === undefined) return undefined;
+    return openTelemetryBinding(api as OpenTelemetryApiLike);
+  };
 }

@@ -1,12 +1,13 @@
 /**
  * The seam between the core and a tracing/metrics library. The core never imports one: it asks the
  * installed `Telemetry` to wrap each guarded call, and reports how the call ended. Nothing is
- * installed at import time (no module of oncely has an import side effect): the first guarded call
- * looks for `@opentelemetry/api` once (`opentelemetry.ts`) unless a binding was chosen before with
- * `enableOpenTelemetry` or `setTelemetry`. With nothing installed the cost is one property read
- * per call.
+ * installed at import time (no module of oncely has an import side effect): unless a binding was
+ * chosen with `enableOpenTelemetry` or `setTelemetry`, guarded calls use the application's
+ * `@opentelemetry/api` once it is loaded (`opentelemetry.ts`: resolved once by the first call, then
+ * one module-cache lookup per call until it is there). With nothing installed the cost is one
+ * property read per call.
  */
-import { discoverOpenTelemetry, type OpenTelemetryApiLike, openTelemetryBinding } from "./opentelemetry.js";
+import { type OpenTelemetryApiLike, openTelemetryBinding, watchOpenTelemetry } from "./opentelemetry.js";
 
 /** Attribute values a span or a metric point accepts. */
 export type TelemetryValue = string | number | boolean;
@@ -55,12 +56,14 @@ export interface Telemetry {
 }
 
 let installed: Telemetry | undefined;
-/** Whether the binding is settled: chosen through `setTelemetry`, or looked for by the first call. */
+/** Whether the binding is settled: chosen through `setTelemetry`, found, or known to be absent. */
 let chosen = false;
+/** Until then: the watch for an application's `@opentelemetry/api` (made by the first guarded call). */
+let probe: (() => Telemetry | undefined) | undefined;
 
 /**
  * Installs (or, with `undefined`, removes) the telemetry binding every guarded call reports to. Either
- * way the choice is final: the first guarded call no longer looks for `@opentelemetry/api`.
+ * way the choice is final: guarded calls no longer watch for `@opentelemetry/api`.
  */
 export function setTelemetry(telemetry: Telemetry | undefined): void {
   installed = telemetry;
@@ -69,10 +72,10 @@ export function setTelemetry(telemetry: Telemetry | undefined): void {
 
 /**
  * Reports every guarded call to OpenTelemetry through `api`, the `@opentelemetry/api` module. Without
- * this call the first guarded call finds the package itself where Node resolves it from oncely's
- * files; call it to choose the copy (a bundle that inlines oncely, several copies of the API) or to
- * report from before the first call on. Returns a function that stops reporting (for good: nothing is
- * looked for again).
+ * this call, oncely uses the copy the application loaded from where Node resolves the package from
+ * oncely's files (and never loads it itself); call it to choose the copy (a bundle that inlines
+ * oncely, several copies of the API). Returns a function that stops reporting (for good: nothing is
+ * watched for again).
  *
  * ```ts
  * import * as api from "@opentelemetry/api";
@@ -89,9 +92,16 @@ export function enableOpenTelemetry(api: OpenTelemetryApiLike, version = "0"): (
 export function currentTelemetry(): Telemetry | undefined {
   if (installed === undefined) {
     if (chosen) return undefined;
-    chosen = true;
-    installed = discoverOpenTelemetry();
+    if (probe === undefined) {
+      probe = watchOpenTelemetry();
+      if (probe === undefined) {
+        chosen = true; // not installed: nothing to watch for
+        return undefined;
+      }
+    }
+    installed = probe(); // one lookup in Node's module cache until the application loads the API
     if (installed === undefined) return undefined;
+    chosen = true;
   }
   try {
     return installed.enabled() ? installed : undefined;

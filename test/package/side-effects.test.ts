@@ -76,4 +76,24 @@ describe("no import side effects: telemetry comes from the guarded call", () => 
     );
     expect(JSON.parse(node("app.cjs"))).toEqual(["oncely.lock", "oncely.pubsub"]);
   });
+
+  it("oncely never loads @opentelemetry/api itself, and uses it from the first call after the application did", () => {
+    writeFileSync(
+      join(dir, "late.cjs"),
+      `const { lock, MemoryBackend } = require(${JSON.stringify(join(root, "dist", "index.cjs"))});
+const loaded = () => Object.keys(require.cache).some((path) => path.includes("@opentelemetry"));
+(async () => {
+  const backend = new MemoryBackend();
+  await lock("before", async () => 1, { backend });
+  const before = loaded();
+  const api = require("@opentelemetry/api");
+  const { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } = require("@opentelemetry/sdk-trace-base");
+  const spans = new InMemorySpanExporter();
+  api.trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] }));
+  await lock("after", async () => 1, { backend });
+  console.log(JSON.stringify({ before, spans: spans.getFinishedSpans().map((s) => s.name) }));
+})();`,
+    );
+    expect(JSON.parse(node("late.cjs"))).toEqual({ before: false, spans: ["oncely.lock"] });
+  });
 });
