@@ -2,7 +2,7 @@
 import { connect } from "node:net";
 import { ConfigurationError, storageError } from "../core/errors.js";
 import type { Backend } from "../core/types.js";
-import type { OpenedBackend } from "./types.js";
+import type { OpenedBackend, OpenOptions } from "./types.js";
 
 /** The default of `OpenOptions.connectTimeoutMs`. */
 export const DEFAULT_CONNECT_TIMEOUT_MS = 3_000;
@@ -132,23 +132,40 @@ export interface PoolLike {
   end(): Promise<unknown>;
 }
 
+/** How a SQL server's declaration opens its store (see `openSqlServer`). */
+export interface SqlServerOpener<D, P extends PoolLike> {
+  /** The backend's name. */
+  readonly name: string;
+  /** The store's name in labels: `PostgreSQL`, `MySQL`. */
+  readonly label: string;
+  /** The driver's npm package, and how to load it. */
+  readonly driver: string;
+  load(): Promise<D>;
+  /** A pool of the loaded driver whose connects give up after `timeoutMs`. */
+  pool(driver: D, timeoutMs: number): P;
+  /** The backend on `pool`, migrating its table on first use when `migrate`. */
+  backend(pool: P, migrate: boolean): Backend;
+}
+
 /**
- * Builds a SQL backend on a pool the entry created, proves the store answers within `timeoutMs`
- * (with `migrate`, the first read creates or upgrades the table; without, a bare `SELECT 1`), and
- * ends the pool when that fails or when the opened backend is closed.
+ * Opens a SQL server's store from its (already checked) URL: loads the driver, creates a pool,
+ * builds the backend on it and proves the store answers within `connectTimeoutMs` (with `migrate`,
+ * the first read creates or upgrades the table; without — `oncely migrate`, which says what it
+ * changed — a bare `SELECT 1`). Ends the pool when that fails or when the opened backend is closed.
  */
-export async function openOnPool(
-  name: string,
-  label: string,
+export async function openSqlServer<D, P extends PoolLike>(
   url: string,
-  timeoutMs: number,
-  migrate: boolean,
-  pool: PoolLike,
-  make: () => Backend,
+  options: OpenOptions,
+  opener: SqlServerOpener<D, P>,
 ): Promise<OpenedBackend> {
+  const { name } = opener;
+  const migrate = options.migrate ?? true;
+  const timeoutMs = connectTimeout(name, options.connectTimeoutMs);
+  const driver = await loadDriver(name, new URL(url).protocol, opener.driver, () => opener.load());
+  const pool = opener.pool(driver, timeoutMs);
   let backend: Backend;
   try {
-    backend = make();
+    backend = opener.backend(pool, migrate);
     const opened = backend;
     await reachWithin(name, `connect to ${redactUrl(url)}`, timeoutMs, () =>
       migrate ? opened.get("oncely-registry-probe") : pool.query("SELECT 1"),
@@ -160,7 +177,7 @@ export async function openOnPool(
   const opened = backend;
   return {
     backend: opened,
-    label: `${label} ${redactUrl(url)}`,
+    label: `${opener.label} ${redactUrl(url)}`,
     close: async () => {
       await opened.close?.().catch(() => {});
       await pool.end().catch(() => {});

@@ -4,7 +4,7 @@
  * database itself must exist). Needs mysql2.
  */
 import { ConfigurationError } from "../../core/errors.js";
-import { connectTimeout, loadDriver, openOnPool, parseUrl, redactUrl } from "../../registry/support.js";
+import { openSqlServer, parseUrl, redactUrl } from "../../registry/support.js";
 import type { BackendDeclaration } from "../../registry/types.js";
 import { MYSQL_CAPABILITIES, MysqlBackend } from "./mysql-backend.js";
 
@@ -53,33 +53,22 @@ export const mysql: BackendDeclaration = {
   describe:
     "mysql://user@host:port/db[?table=t]  MySQL 8 / MariaDB, table created on first use (npm i mysql2)",
   check: (url) => void parseMysqlUrl(url),
-  async open(url, options) {
+  open(url, options) {
     const parsed = parseMysqlUrl(url);
-    // `oncely migrate` opens without migrating (to say what it changed): the probe then only connects
-    const migrate = options.migrate ?? true;
-    const timeoutMs = connectTimeout("mysql", options.connectTimeoutMs);
-    const driver = await loadDriver(
-      "mysql",
-      new URL(url).protocol,
-      "mysql2",
-      () => import("mysql2/promise") as Promise<Mysql2Promise & { default?: Mysql2Promise }>,
-    );
-    const createPool = (driver.default ?? driver).createPool;
-    const pool = createPool({ ...parsed.config, connectTimeout: timeoutMs });
-    return openOnPool(
-      "mysql",
-      "MySQL",
-      url,
-      timeoutMs,
-      migrate,
-      pool,
-      () =>
+    return openSqlServer(url, options, {
+      name: "mysql",
+      label: "MySQL",
+      driver: "mysql2",
+      load: () => import("mysql2/promise") as Promise<Mysql2Promise & { default?: Mysql2Promise }>,
+      pool: (driver, timeoutMs) =>
+        (driver.default ?? driver).createPool({ ...parsed.config, connectTimeout: timeoutMs }),
+      backend: (pool, migrate) =>
         new MysqlBackend({
           pool: pool as never,
           namespace: options.namespace,
           table: parsed.table,
           autoMigrate: migrate,
         }),
-    );
+    });
   },
 };

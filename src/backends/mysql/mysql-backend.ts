@@ -1,25 +1,16 @@
 import { ConfigurationError } from "../../core/errors.js";
 import { validateNamespace } from "../../core/namespace.js";
-import { visible } from "../../core/transitions.js";
-import type {
-  Backend,
-  BackendCapabilities,
-  Claim,
-  ClaimOptions,
-  ClaimOutcome,
-  CompleteOptions,
-  PurgeOptions,
-  StoredRecord,
-} from "../../core/types.js";
+import type { BackendCapabilities, ClaimOptions, ClaimOutcome, PurgeOptions } from "../../core/types.js";
 import { bounded, type ConnectionSource, queryTimeoutMs } from "../sql/bounded.js";
 import { claimOutcomeOf } from "../sql/claim-row.js";
-import { type RecordRow, resultParam, rowToObserved, toInteger, wholeMs } from "../sql/columns.js";
+import { wholeMs } from "../sql/columns.js";
 import { bind, type Compiled } from "../sql/dialect.js";
 import { driverCode, sqlStorageError } from "../sql/errors.js";
 import { sqlIdentifier } from "../sql/identifier.js";
 import type { SqlServerOptions } from "../sql/options.js";
 import { purgeBatchSize, purgeInBatches } from "../sql/purge.js";
 import { SCHEMA_TABLE, SchemaGate, schemaProblem, versionOf } from "../sql/schema.js";
+import { type RunStatement, SqlBackend } from "../sql/sql-backend.js";
 import {
   type MysqlCallbackPoolLike,
   type MysqlConnectionLike,
@@ -75,13 +66,6 @@ function answerRow(answer: unknown): Record<string, unknown> | undefined {
   return undefined;
 }
 
-function int(value: unknown, what: string): number {
-  const n = toInteger(value);
-  if (typeof n !== "number" || !Number.isSafeInteger(n))
-    throw new Error(`unexpected ${what} ${String(value)}`);
-  return n;
-}
-
 /**
  * Records in a MySQL 8 or MariaDB 10.6+ (InnoDB) table, decided on the database clock
  * (`UTC_TIMESTAMP(6)`): client clock skew can neither expire nor extend a lease. Keys compare byte
@@ -98,9 +82,9 @@ function int(value: unknown, what: string): number {
  * on in mysql2 by default); `multipleStatements` is not needed. Waits poll (no notifications). The
  * table and its procedure are created by `migrate()` (or `autoMigrate: true`).
  */
-export class MysqlBackend implements Backend {
-  readonly name = BACKEND;
-  readonly capabilities: BackendCapabilities = MYSQL_CAPABILITIES;
+export class MysqlBackend extends SqlBackend {
+  override readonly name = BACKEND;
+  override readonly capabilities: BackendCapabilities = MYSQL_CAPABILITIES;
   readonly #source: ConnectionSource<MysqlConnectionLike>;
   readonly #runStatement: MysqlRun;
   readonly #namespace: string;
@@ -121,7 +105,9 @@ export class MysqlBackend implements Backend {
         backend: BACKEND,
       });
     }
-    this.#namespace = validateNamespace(BACKEND, options.namespace) ?? "";
+    const namespace = validateNamespace(BACKEND, options.namespace) ?? "";
+    super(namespace);
+    this.#namespace = namespace;
     this.#tableName = sqlIdentifier(BACKEND, "table", options.table ?? "oncely_records");
     this.#table = `\`${this.#tableName}\``;
     const [claim, decide] = claimProcedureNames(this.#tableName);
@@ -242,25 +228,13 @@ export class MysqlBackend implements Backend {
     return this.#execute(operation, key, statement.text, bind(statement, values));
   }
 
-  /** The row under `key` (always one: `found` is NULL when there is no record) with the database's now. */
-  async #read(operation: string, key: string): Promise<Record<string, unknown>> {
-    const rows = (await this.#run(operation, key, this.#statements.select, {
-      namespace: this.#namespace,
-      key,
-    })) as Array<Record<string, unknown>>;
-    const row = rows[0];
-    if (row === undefined)
-      throw sqlStorageError(BACKEND, operation, key, new Error("the clock read returned no row"));
-    return row;
-  }
-
   /**
    * claim (`planClaim`, in the claim procedure, on the database clock): wins when the key is absent,
    * corrupt (fence continued), expired (fence + 1), carries this call's own token (same fence) or has
    * a lapsed lease (fence + 1); otherwise reports `done` (with result and fingerprint) or `held`
    * (with the time left on the database clock), writing nothing. One round trip.
    */
-  async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
+  override async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
     const answer = await this.#execute("claim", key, this.#statements.claim, [
       this.#namespace,
       key,
@@ -276,61 +250,23 @@ export class MysqlBackend implements Backend {
     }
   }
 
-  async #flag(
-    operation: string,
-    key: string,
-    statement: Compiled,
-    values: Record<string, unknown>,
-  ): Promise<boolean> {
-    return matchedRows(await this.#run(operation, key, statement, values)) > 0;
-  }
+  protected override readonly rows: RunStatement<never, readonly Record<string, unknown>[]> = async (
+    operation,
+    key,
+    statement,
+    values,
+  ) => (await this.#run(operation, key, statement(this.#statements), values)) as Record<string, unknown>[];
 
-  /** complete (`planComplete`): true when the fence matches a claimed record (now done) or a done one. */
-  complete(claim: Claim, options: CompleteOptions): Promise<boolean> {
-    return this.#flag("complete", claim.key, this.#statements.complete, {
-      namespace: this.#namespace,
-      key: claim.key,
-      fence: claim.fence,
-      result: resultParam(options.result),
-      ttl: wholeMs(BACKEND, "ttlMs", options.ttlMs),
-    });
-  }
+  protected override readonly changes: RunStatement<never, number> = async (
+    operation,
+    key,
+    statement,
+    values,
+  ) => matchedRows(await this.#run(operation, key, statement(this.#statements), values));
 
-  /** release (`planRelease`): on a matching claimed record, lease = now, fence + 1, token cleared. */
-  release(claim: Claim): Promise<boolean> {
-    return this.#flag("release", claim.key, this.#statements.release, {
-      namespace: this.#namespace,
-      key: claim.key,
-      fence: claim.fence,
-      ttl: wholeMs(BACKEND, "ttlMs", claim.ttlMs),
-    });
-  }
-
-  /** renew (`planRenew`): on a matching claimed record, lease = now + leaseMs (database clock). */
-  renew(claim: Claim, leaseMs: number): Promise<boolean> {
-    return this.#flag("renew", claim.key, this.#statements.renew, {
-      namespace: this.#namespace,
-      key: claim.key,
-      fence: claim.fence,
-      lease: wholeMs(BACKEND, "leaseMs", leaseMs),
-      ttl: wholeMs(BACKEND, "ttlMs", claim.ttlMs),
-    });
-  }
-
-  /** The live record under `key`, judged by the database clock; expired and corrupt rows are absent. */
-  async get(key: string): Promise<StoredRecord | undefined> {
-    const row = await this.#read("get", key);
-    if (row.found === null || row.found === undefined) return undefined;
-    return visible(rowToObserved(row as RecordRow), int(row.now_ms, "now"));
-  }
-
-  /** Deletes the key's record outright (fence history included). */
-  async delete(key: string): Promise<boolean> {
-    const header = await this.#run("delete", key, this.#statements.remove, {
-      namespace: this.#namespace,
-      key,
-    });
-    return ((header as { affectedRows?: number }).affectedRows ?? 0) > 0;
+  /** The database's clock decides: no clock parameter. */
+  protected override clock(): Readonly<Record<never, number>> {
+    return {};
   }
 
   /** Deletes expired records of the whole table (every namespace), `purgeBatchSize` rows per statement. */
@@ -344,14 +280,6 @@ export class MysqlBackend implements Backend {
       this.#purgeBatch,
       options,
     );
-  }
-
-  /** How many records of the whole table are expired now (what `purgeExpired()` would delete). */
-  async countExpired(): Promise<number> {
-    const rows = (await this.#run("countExpired", undefined, this.#statements.countExpired, {})) as Array<{
-      n?: unknown;
-    }>;
-    return Number(rows[0]?.n ?? 0);
   }
 
   /** Nothing to close: the pool is the caller's. */

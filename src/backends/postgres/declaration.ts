@@ -5,7 +5,7 @@
  * Needs pg.
  */
 import { ConfigurationError } from "../../core/errors.js";
-import { connectTimeout, loadDriver, openOnPool, parseUrl, redactUrl } from "../../registry/support.js";
+import { openSqlServer, parseUrl, redactUrl } from "../../registry/support.js";
 import type { BackendDeclaration } from "../../registry/types.js";
 import { POSTGRES_CAPABILITIES, PostgresBackend } from "./postgres-backend.js";
 
@@ -48,32 +48,24 @@ export const postgres: BackendDeclaration = {
   describe:
     "postgres://user@host:port/db[?schema=s&table=t]  PostgreSQL, table created on first use (npm i pg)",
   check: (url) => void parsePostgresUrl(url),
-  async open(url, options) {
+  open(url, options) {
     const parsed = parsePostgresUrl(url);
-    // `oncely migrate` opens without migrating (to say what it changed): the probe then only connects
-    const migrate = options.migrate ?? true;
-    const timeoutMs = connectTimeout("postgres", options.connectTimeoutMs);
-    const pg = await loadDriver(
-      "postgres",
-      new URL(url).protocol,
-      "pg",
-      () => import("pg") as Promise<{ default?: { Pool?: unknown }; Pool?: unknown }>,
-    );
-    const Pool = (pg.default?.Pool ?? pg.Pool) as PgPoolConstructor;
-    const pool = new Pool({
-      connectionString: parsed.connectionString,
-      connectionTimeoutMillis: timeoutMs,
-      max: 10,
-    });
-    pool.on("error", () => {}); // an idle client whose server went away: the next statement reports it
-    return openOnPool(
-      "postgres",
-      "PostgreSQL",
-      url,
-      timeoutMs,
-      migrate,
-      pool,
-      () =>
+    return openSqlServer(url, options, {
+      name: "postgres",
+      label: "PostgreSQL",
+      driver: "pg",
+      load: () => import("pg") as Promise<{ default?: { Pool?: unknown }; Pool?: unknown }>,
+      pool(pg, timeoutMs) {
+        const Pool = (pg.default?.Pool ?? pg.Pool) as PgPoolConstructor;
+        const pool = new Pool({
+          connectionString: parsed.connectionString,
+          connectionTimeoutMillis: timeoutMs,
+          max: 10,
+        });
+        pool.on("error", () => {}); // an idle client whose server went away: the next statement reports it
+        return pool;
+      },
+      backend: (pool, migrate) =>
         new PostgresBackend({
           pool: pool as never,
           namespace: options.namespace,
@@ -81,6 +73,6 @@ export const postgres: BackendDeclaration = {
           table: parsed.table,
           autoMigrate: migrate,
         }),
-    );
+    });
   },
 };

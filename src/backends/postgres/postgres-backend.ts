@@ -1,25 +1,16 @@
 import { ConfigurationError, StorageError } from "../../core/errors.js";
 import { validateNamespace } from "../../core/namespace.js";
-import { visible } from "../../core/transitions.js";
-import type {
-  Backend,
-  BackendCapabilities,
-  Claim,
-  ClaimOptions,
-  ClaimOutcome,
-  CompleteOptions,
-  PurgeOptions,
-  StoredRecord,
-} from "../../core/types.js";
+import type { BackendCapabilities, ClaimOptions, ClaimOutcome, PurgeOptions } from "../../core/types.js";
 import { type ConnectionSource, queryTimeoutMs } from "../sql/bounded.js";
 import { claimOutcomeOf } from "../sql/claim-row.js";
-import { type RecordRow, resultParam, rowToObserved, toInteger, wholeMs } from "../sql/columns.js";
+import { wholeMs } from "../sql/columns.js";
 import { bind, type Compiled } from "../sql/dialect.js";
 import { driverCode, sqlStorageError } from "../sql/errors.js";
 import { sqlIdentifier } from "../sql/identifier.js";
 import type { SqlServerOptions } from "../sql/options.js";
 import { purgeBatchSize, purgeInBatches } from "../sql/purge.js";
 import { SCHEMA_TABLE, SchemaGate, schemaProblem, versionOf } from "../sql/schema.js";
+import { type RunStatement, SqlBackend } from "../sql/sql-backend.js";
 import {
   isPgPool,
   type PgClientLike,
@@ -71,13 +62,6 @@ const SCHEMA_VERSION = POSTGRES_SCHEMA_VERSION;
 /** How much longer than its wait a waiter's mark lasts (the two clocks' timers drift a little). */
 const WATCH_SLACK_MS = 1_000;
 
-function int(value: unknown, what: string): number {
-  const n = toInteger(value);
-  if (typeof n !== "number" || !Number.isSafeInteger(n))
-    throw new Error(`unexpected ${what} ${String(value)}`);
-  return n;
-}
-
 /**
  * Records in a PostgreSQL table, every transition one SQL statement decided on the database clock
  * (`statement_timestamp()`): client clock skew can neither expire nor extend a lease. Keys compare
@@ -89,9 +73,9 @@ function int(value: unknown, what: string): number {
  * table is refused with an error that says so. Physical deletion is `purgeExpired()` (batched);
  * correctness never depends on it.
  */
-export class PostgresBackend implements Backend {
-  readonly name = BACKEND;
-  readonly capabilities: BackendCapabilities;
+export class PostgresBackend extends SqlBackend {
+  override readonly name = BACKEND;
+  override readonly capabilities: BackendCapabilities;
   readonly #pool: PgPoolLike;
   readonly #source: ConnectionSource<PgClientLike>;
   readonly #namespace: string;
@@ -114,8 +98,10 @@ export class PostgresBackend implements Backend {
     if (options === null || typeof options !== "object" || !isPgPool(options.pool)) {
       throw new ConfigurationError("options.pool must be a pg Pool (node-postgres)", { backend: BACKEND });
     }
+    const namespace = validateNamespace(BACKEND, options.namespace) ?? "";
+    super(namespace);
     this.#pool = options.pool;
-    this.#namespace = validateNamespace(BACKEND, options.namespace) ?? "";
+    this.#namespace = namespace;
     this.#tableName = sqlIdentifier(BACKEND, "table", options.table ?? "oncely_records");
     const schema =
       options.schema === undefined ? undefined : sqlIdentifier(BACKEND, "schema", options.schema);
@@ -252,7 +238,7 @@ export class PostgresBackend implements Backend {
    * fence) or has a lapsed lease (fence + 1); otherwise reports `done` (with result and fingerprint)
    * or `held` (with the time left on the database clock), writing nothing.
    */
-  async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
+  override async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
     const values = {
       namespace: this.#namespace,
       key,
@@ -287,84 +273,32 @@ export class PostgresBackend implements Backend {
     });
   }
 
-  async #flag(
-    operation: string,
-    key: string,
-    statement: Compiled,
-    values: Record<string, unknown>,
-  ): Promise<boolean> {
-    return ((await this.#run(operation, key, statement, values)).rowCount ?? 0) > 0;
-  }
+  protected override readonly rows: RunStatement<never, readonly Record<string, unknown>[]> = async (
+    operation,
+    key,
+    statement,
+    values,
+  ) => (await this.#run(operation, key, statement(this.#statements), values)).rows;
 
-  /**
-   * complete (`planComplete`): true when the fence matches a claimed record (now done) or a done one.
-   * The table's trigger NOTIFYs when a waiter marked the row.
-   */
-  complete(claim: Claim, options: CompleteOptions): Promise<boolean> {
-    return this.#flag("complete", claim.key, this.#statements.complete, {
-      namespace: this.#namespace,
-      key: claim.key,
-      fence: claim.fence,
-      result: resultParam(options.result),
-      ttl: wholeMs(BACKEND, "ttlMs", options.ttlMs),
-    });
-  }
+  protected override readonly changes: RunStatement<never, number> = async (
+    operation,
+    key,
+    statement,
+    values,
+  ) => (await this.#run(operation, key, statement(this.#statements), values)).rowCount ?? 0;
 
-  /** release (`planRelease`): on a matching claimed record, lease = now, fence + 1, token cleared. */
-  release(claim: Claim): Promise<boolean> {
-    return this.#flag("release", claim.key, this.#statements.release, {
-      namespace: this.#namespace,
-      key: claim.key,
-      fence: claim.fence,
-      ttl: wholeMs(BACKEND, "ttlMs", claim.ttlMs),
-    });
-  }
-
-  /** renew (`planRenew`): on a matching claimed record, lease = now + leaseMs (database clock). */
-  renew(claim: Claim, leaseMs: number): Promise<boolean> {
-    return this.#flag("renew", claim.key, this.#statements.renew, {
-      namespace: this.#namespace,
-      key: claim.key,
-      fence: claim.fence,
-      lease: wholeMs(BACKEND, "leaseMs", leaseMs),
-      ttl: wholeMs(BACKEND, "ttlMs", claim.ttlMs),
-    });
-  }
-
-  /** The live record under `key`, judged by the database clock; expired and corrupt rows are absent. */
-  async get(key: string): Promise<StoredRecord | undefined> {
-    const { rows } = await this.#run("get", key, this.#statements.select, {
-      namespace: this.#namespace,
-      key,
-    });
-    const row = rows[0];
-    if (row === undefined || row.found === null) return undefined;
-    return visible(rowToObserved(row as RecordRow), int(row.now_ms, "now"));
-  }
-
-  /** Deletes the key's record outright (fence history included). */
-  async delete(key: string): Promise<boolean> {
-    const result = await this.#run("delete", key, this.#statements.remove, {
-      namespace: this.#namespace,
-      key,
-    });
-    return (result.rowCount ?? 0) > 0;
+  /** The database's clock decides: no clock parameter. */
+  protected override clock(): Readonly<Record<never, number>> {
+    return {};
   }
 
   /** Deletes expired records of the whole table (every namespace), `purgeBatchSize` rows per statement. */
   purgeExpired(options?: PurgeOptions): Promise<number> {
     return purgeInBatches(
-      async (limit) =>
-        (await this.#run("purgeExpired", undefined, this.#statements.purge, { limit })).rowCount ?? 0,
+      (limit) => this.changes("purgeExpired", undefined, () => this.#statements.purge, { limit }),
       this.#purgeBatch,
       options,
     );
-  }
-
-  /** How many records of the whole table are expired now (what `purgeExpired()` would delete). */
-  async countExpired(): Promise<number> {
-    const { rows } = await this.#run("countExpired", undefined, this.#statements.countExpired, {});
-    return Number(rows[0]?.n ?? 0);
   }
 
   /**

@@ -1,31 +1,16 @@
 import { type Clock, systemClock } from "../../core/clock.js";
 import { ConfigurationError } from "../../core/errors.js";
 import { validateNamespace } from "../../core/namespace.js";
-import { type Plan, planClaim, visible } from "../../core/transitions.js";
-import type {
-  Backend,
-  BackendCapabilities,
-  Claim,
-  ClaimOptions,
-  ClaimOutcome,
-  CompleteOptions,
-  PurgeOptions,
-  StoredRecord,
-} from "../../core/types.js";
-import {
-  columnList,
-  RECORD_COLUMNS,
-  type RecordRow,
-  recordValues,
-  resultParam,
-  rowToObserved,
-} from "../sql/columns.js";
+import { type Plan, planClaim } from "../../core/transitions.js";
+import type { BackendCapabilities, ClaimOptions, ClaimOutcome, PurgeOptions } from "../../core/types.js";
+import { columnList, RECORD_COLUMNS, type RecordRow, recordValues, rowToObserved } from "../sql/columns.js";
 import { bind, type Compiled, compile, type SqlDialect } from "../sql/dialect.js";
 import { sqlStorageError } from "../sql/errors.js";
 import { sqlIdentifier } from "../sql/identifier.js";
 import type { SqlTableOptions } from "../sql/options.js";
 import { purgeBatchSize, purgeInBatches } from "../sql/purge.js";
 import { SCHEMA_TABLE, SCHEMA_VERSION, schemaProblem, versionOf } from "../sql/schema.js";
+import { type RunStatement, SqlBackend } from "../sql/sql-backend.js";
 import { type SharedStatements, sharedStatements } from "../sql/statements.js";
 import { checkAppDatabase, type SqliteDatabaseLike, type SqliteStatementLike } from "./sqlite-client.js";
 
@@ -49,6 +34,9 @@ export interface SqliteBackendOptions extends SqlTableOptions {
 }
 
 const BACKEND = "sqlite";
+
+/** Tells SQLite's "no such table" failure apart (the error then names `migrate()`). */
+const missingTable = (cause: unknown) => /no such table/.test(String(cause));
 
 /** What every SQLite backend declares: the injected clock, polled waits, purged expiry. */
 export const SQLITE_CAPABILITIES: BackendCapabilities = Object.freeze({
@@ -84,9 +72,9 @@ interface Prepared {
  * shared single UPDATEs (`../sql/statements.ts`). Leases are judged by the injected clock: processes
  * sharing a file share a host, and so a clock.
  */
-export class SqliteBackend implements Backend {
-  readonly name = BACKEND;
-  readonly capabilities: BackendCapabilities = SQLITE_CAPABILITIES;
+export class SqliteBackend extends SqlBackend<"now"> {
+  override readonly name = BACKEND;
+  override readonly capabilities: BackendCapabilities = SQLITE_CAPABILITIES;
   readonly #options: SqliteBackendOptions;
   readonly #table: string;
   readonly #namespace: string;
@@ -106,9 +94,11 @@ export class SqliteBackend implements Backend {
         backend: BACKEND,
       });
     }
+    const namespace = validateNamespace(BACKEND, options.namespace) ?? "";
+    super(namespace);
+    this.#namespace = namespace;
     this.#options = options;
     this.#table = sqlIdentifier(BACKEND, "table", options.table ?? "oncely_records");
-    this.#namespace = validateNamespace(BACKEND, options.namespace) ?? "";
     this.#clock = options.clock ?? systemClock;
     this.#busyTimeoutMs = options.busyTimeoutMs ?? 2_000;
     if (!Number.isSafeInteger(this.#busyTimeoutMs) || this.#busyTimeoutMs < 0) {
@@ -255,8 +245,32 @@ export class SqliteBackend implements Backend {
     try {
       return this.#statement(p, statement).run(...bind(statement, values)).changes;
     } catch (cause) {
-      throw sqlStorageError(BACKEND, operation, key, cause, (c) => /no such table/.test(String(c)));
+      throw sqlStorageError(BACKEND, operation, key, cause, missingTable);
     }
+  }
+
+  protected override readonly changes: RunStatement<"now", number> = (operation, key, statement, values) =>
+    this.#changes(operation, key, statement, values);
+
+  protected override readonly rows: RunStatement<"now", readonly Record<string, unknown>[]> = async (
+    operation,
+    key,
+    pick,
+    values,
+  ) => {
+    const p = await this.#ready();
+    const statement = pick(p.statements);
+    try {
+      const row = this.#statement(p, statement).get(...bind(statement, values));
+      return row === undefined ? [] : [row as Record<string, unknown>];
+    } catch (cause) {
+      throw sqlStorageError(BACKEND, operation, key, cause, missingTable);
+    }
+  };
+
+  /** Leases and ttl are judged by the injected clock, bound as the statements' `:now`. */
+  protected override clock(): Readonly<Record<"now", number>> {
+    return { now: this.#clock.now() };
   }
 
   #row(p: Prepared, key: string, now: number): RecordRow | undefined {
@@ -272,7 +286,7 @@ export class SqliteBackend implements Backend {
    * expired, corrupt, lapsed or carries this call's own token; otherwise reports `held` (live lease)
    * or `done` (finished, within ttl).
    */
-  async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
+  override async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
     const p = await this.#ready();
     const db = this.#db as SqliteDatabaseLike;
     try {
@@ -291,58 +305,6 @@ export class SqliteBackend implements Backend {
     }
   }
 
-  /** complete (`planComplete`): true when the fence matches a claimed record (now done) or a done one. */
-  async complete(claim: Claim, options: CompleteOptions): Promise<boolean> {
-    const changes = await this.#changes("complete", claim.key, (s) => s.complete, {
-      now: this.#clock.now(),
-      namespace: this.#namespace,
-      key: claim.key,
-      fence: claim.fence,
-      result: resultParam(options.result),
-      ttl: options.ttlMs,
-    });
-    return changes > 0;
-  }
-
-  /** release (`planRelease`): on a matching claimed record, lease = now, fence + 1, token cleared. */
-  async release(claim: Claim): Promise<boolean> {
-    const changes = await this.#changes("release", claim.key, (s) => s.release, {
-      now: this.#clock.now(),
-      namespace: this.#namespace,
-      key: claim.key,
-      fence: claim.fence,
-      ttl: claim.ttlMs,
-    });
-    return changes > 0;
-  }
-
-  /** renew (`planRenew`): on a matching claimed record, lease = now + leaseMs. */
-  async renew(claim: Claim, leaseMs: number): Promise<boolean> {
-    const changes = await this.#changes("renew", claim.key, (s) => s.renew, {
-      now: this.#clock.now(),
-      namespace: this.#namespace,
-      key: claim.key,
-      fence: claim.fence,
-      lease: leaseMs,
-      ttl: claim.ttlMs,
-    });
-    return changes > 0;
-  }
-
-  async get(key: string): Promise<StoredRecord | undefined> {
-    const p = await this.#ready();
-    try {
-      const now = this.#clock.now();
-      return visible(rowToObserved(this.#row(p, key, now)), now);
-    } catch (cause) {
-      throw sqlStorageError(BACKEND, "get", key, cause);
-    }
-  }
-
-  async delete(key: string): Promise<boolean> {
-    return (await this.#changes("delete", key, (s) => s.remove, { namespace: this.#namespace, key })) > 0;
-  }
-
   /** Deletes every expired record in the table (all namespaces), `purgeBatchSize` rows per transaction. */
   purgeExpired(options?: PurgeOptions): Promise<number> {
     return purgeInBatches(
@@ -350,20 +312,6 @@ export class SqliteBackend implements Backend {
       this.#purgeBatch,
       options,
     );
-  }
-
-  /** How many records of the whole table are expired now (what `purgeExpired()` would delete). */
-  async countExpired(): Promise<number> {
-    const p = await this.#ready();
-    const s = p.statements.countExpired;
-    try {
-      const row = this.#statement(p, s).get(...bind(s, { now: this.#clock.now() })) as
-        | { n?: unknown }
-        | undefined;
-      return Number(row?.n ?? 0);
-    } catch (cause) {
-      throw sqlStorageError(BACKEND, "countExpired", undefined, cause);
-    }
   }
 
   /** Closes the database when this backend opened it from a path; a database passed in is left open. */
