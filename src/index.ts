@@ -3,10 +3,10 @@
  *
  * The root entry is the application API: the verbs (`lock`, `mutex`, `makeIdempotent`), their option
  * and outcome types, the errors they throw, the memory backend and clocks, the result codecs and
- * loggers you pass, the events you receive, and `enableOpenTelemetry`. It imports no driver and
- * no module of oncely has an import side effect. What surface and backend authors build on (the
- * surface-neutral `Guard`, the backend port and planners, scoped logging, the telemetry seam) is
- * `oncely/backend-kit`.
+ * loggers you pass, the events you receive, and `enableOpenTelemetry`. It imports no driver, and no
+ * library module of oncely has an import side effect. What surface and backend authors build on
+ * (the surface-neutral `Guard`, the backend port and planners, scoped logging, the telemetry seam)
+ * is `oncely/backend-kit`.
  */
 export { MemoryBackend, type MemoryBackendOptions } from "./backends/memory/index.js";
 export { type Clock, ManualClock, systemClock, type TimerHandle } from "./core/clock.js";

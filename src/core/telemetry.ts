@@ -1,11 +1,11 @@
 /**
  * The seam between the core and a tracing/metrics library. The core never imports one: it asks the
  * installed `Telemetry` to wrap each guarded call, and reports how the call ended. Nothing is
- * installed at import time (no module of oncely has an import side effect): unless a binding was
- * chosen with `enableOpenTelemetry` or `setTelemetry`, guarded calls use the application's
- * `@opentelemetry/api` once it is loaded (`opentelemetry.ts`: resolved once by the first call, then
- * one module-cache lookup per call until it is there). With nothing installed the cost is one
- * property read per call.
+ * installed at import time (no library module of oncely has an import side effect): unless a
+ * binding was chosen with `enableOpenTelemetry` or `setTelemetry`, guarded calls use the
+ * application's `@opentelemetry/api` once it is loaded (`opentelemetry.ts`: resolved once by the
+ * first call, then one module-cache lookup per call until it is there). With nothing installed the
+ * cost is one property read per call.
  */
 import { type OpenTelemetryApiLike, openTelemetryBinding, watchOpenTelemetry } from "./opentelemetry.js";
 
