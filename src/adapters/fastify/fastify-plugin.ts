@@ -456,8 +456,9 @@ export async function idempotency(
           early = captured;
         };
         // However the response ends — after `onSend`, hijacked, written by Fastify's fallback error
-        // handler, destroyed — its end settles what `onSend` did not.
-        reply.raw.once("close", () => closed(state));
+        // handler, destroyed — its end settles what `onSend` did not. `on`, not `once` (which wraps
+        // the listener in two more objects per request): a response closes once.
+        reply.raw.on("close", () => closed(state));
         done();
         if (early !== undefined) return early;
         return new Promise<CapturedResponse>((resolve) => {
