@@ -513,7 +513,7 @@ export class HttpGuard<R> {
               ? "it was streamed (sent as it was produced)"
               : captured.reason === "response-too-large"
                 ? `the response body is over maxResponseBytes (${this.#maxResponseBytes})`
-                : "it was not captured whole",
+                : "the response closed before it was ended (destroyed, or its connection closed)",
         });
       }
       return { kind: "deliver", captured };

@@ -1,4 +1,5 @@
 import type { ServerResponse } from "node:http";
+import { DEFAULT_LEASE_MS } from "../../core/verbs.js";
 import { BYPASS_HEADER, HttpGuard } from "../../http/http-guard.js";
 import type { HttpIdempotencyOptions } from "../../http/options.js";
 import { type ParsedRequestLike, requestBody, splitUrl } from "../node/request-body.js";
@@ -40,12 +41,14 @@ export function idempotency<Req extends ExpressRequestLike = ExpressRequestLike>
   options: HttpIdempotencyOptions<Req>,
 ): ExpressMiddleware<Req> {
   const guard = new HttpGuard<Req>(options, "idempotency (express)");
+  // How long a response closed before the handler ended it keeps its key waiting for `end()`.
+  const leaseMs = options.leaseMs ?? DEFAULT_LEASE_MS;
 
   async function guarded(req: Req, res: ServerResponse, next: ExpressNext, key: string): Promise<void> {
     const { path, query } = splitUrl(req.originalUrl ?? req.url ?? "/");
     const method = (req.method ?? "GET").toUpperCase();
     const body = await requestBody(req, guard.maxRequestBytes);
-    const capture = new ResponseCapture(res, guard.maxResponseBytes);
+    const capture = new ResponseCapture(res, guard.maxResponseBytes, leaseMs);
     const decision = await guard.execute(
       { method, path, query, contentType: req.headers["content-type"], body },
       key,

@@ -5,6 +5,14 @@
  * response that streams (`write` before `end`, `flushHeaders`) or grows past the limit is sent on at
  * once, marked with the bypass header, and reported as passed through when it ends.
  *
+ * A response that closes before the handler ended it (`res.destroy()`, the connection lost) is
+ * settled too, through the response's public `close` event, never left holding the key: the capture
+ * keeps waiting up to `graceMs` (the claim's lease) for an `end()` — the handler may still be working,
+ * and a response it ends is stored as usual, so a client that gave up and retries gets the replay
+ * rather than a second run — then reports it as passed through, `response-unstorable` (not stored, the
+ * key released). Before, such a response never settled: the heartbeat renewed the lease for the life
+ * of the process and every retry got 409.
+ *
  * Where the four methods are intercepted:
  * - **On the prototype the framework gives its responses** (Express: the object between each app's
  *   `app.response` and `http.ServerResponse.prototype`, shared by every app of that Express copy).
@@ -102,6 +110,13 @@ export class ResponseCapture {
   readonly #chunks: Buffer[] = [];
   #size = 0;
   #state: "idle" | "holding" | "held" | "passing" | "released" = "idle";
+  /** How long a response closed before `end()` keeps the key waiting for one (the claim's lease). */
+  readonly #graceMs: number;
+  /** Why the response is passing through (set with the state `passing`). */
+  #reason: BypassReason = "streamed";
+  /** The response has emitted `close`. */
+  #closed = false;
+  #grace: NodeJS.Timeout | undefined;
   #onEnd: Callback | undefined;
   /** What `start` put on the response, to tell them from a later middleware's wrappers. */
   #interceptors: Record<(typeof INTERCEPTED)[number], unknown> | undefined;
@@ -110,9 +125,14 @@ export class ResponseCapture {
   /** Resolves when the handler's response is complete: held whole, or sent through. */
   readonly result: Promise<CapturedResponse>;
 
-  constructor(res: ServerResponse, maxBytes: number) {
+  /**
+   * @param graceMs how long a response that closes before the handler ended it keeps waiting for
+   *   `end()` before it is settled as not stored: the claim's lease
+   */
+  constructor(res: ServerResponse, maxBytes: number, graceMs: number) {
     this.#res = res;
     this.#maxBytes = maxBytes;
+    this.#graceMs = graceMs;
     this.#original = {
       writeHead: res.writeHead,
       write: res.write,
@@ -160,17 +180,21 @@ export class ResponseCapture {
     };
   }
 
-  /** Starts intercepting the response's writes. */
+  /** Starts intercepting the response's writes, and listening for the response's end however it comes. */
   start(): void {
     if (this.#state !== "idle") return;
     this.#state = "holding";
+    const res = this.#res;
+    // Closed already (the client left while the key was claimed): no `close` event will come.
+    if (res.destroyed) this.#onClose();
+    else res.once("close", this.#onClose);
     const originals = prototypeOriginals(this.#res);
     if (originals !== undefined) {
       this.#original = originals;
       captures.set(this.#res, this);
       return;
     }
-    const res = this.#res as unknown as Record<string, unknown>;
+    const own = res as unknown as Record<string, unknown>;
     const interceptors = {
       writeHead: (...args: unknown[]) => this.#writeHead(args),
       write: (chunk: Chunk, encoding?: BufferEncoding | Callback, callback?: Callback) =>
@@ -180,8 +204,31 @@ export class ResponseCapture {
       flushHeaders: () => this.#flushHeaders(),
     };
     this.#interceptors = interceptors;
-    for (const name of INTERCEPTED) res[name] = interceptors[name];
+    for (const name of INTERCEPTED) own[name] = interceptors[name];
   }
+
+  /**
+   * The response's `close`: a response passing through has been sent (or cut off) and settles; one
+   * closed before the handler ended it waits up to the grace for `end()` (see the file's comment).
+   * Held or released ones were settled already.
+   */
+  readonly #onClose = (): void => {
+    this.#closed = true;
+    if (this.#state === "passing") {
+      this.#settle({ kind: "passed_through", reason: this.#reason, status: this.#res.statusCode });
+    } else if (this.#state === "holding") {
+      const grace = setTimeout(() => {
+        if (this.#state !== "holding") return;
+        this.#restore();
+        this.#state = "passing";
+        this.#reason = "response-unstorable";
+        this.#chunks.length = 0;
+        this.#settle({ kind: "passed_through", reason: "response-unstorable", status: this.#res.statusCode });
+      }, this.#graceMs);
+      grace.unref();
+      this.#grace = grace;
+    }
+  };
 
   /**
    * Sends the held response as the handler wrote it (after the guard decided). The interceptors stay
@@ -288,6 +335,7 @@ export class ResponseCapture {
       return onEnd === undefined ? end.call(this.#res) : end.call(this.#res, onEnd);
     }
     this.#state = "held";
+    if (this.#grace !== undefined) clearTimeout(this.#grace);
     this.#onEnd = onEnd;
     this.#held = { kind: "buffered", response: this.#snapshot() };
     this.#settle(this.#held);
@@ -298,11 +346,14 @@ export class ResponseCapture {
   #passThrough(reason: BypassReason): void {
     this.#restore();
     this.#state = "passing";
+    this.#reason = reason;
+    if (this.#grace !== undefined) clearTimeout(this.#grace);
     const res = this.#res;
     if (!res.headersSent) res.setHeader(BYPASS_HEADER, reason);
-    res.once("close", () => this.#settle({ kind: "passed_through", reason, status: res.statusCode }));
     for (const chunk of this.#chunks) res.write(chunk);
     this.#chunks.length = 0;
+    // Settled by `close` (see `#onClose`); a response that closed already will not emit it again.
+    if (this.#closed) this.#settle({ kind: "passed_through", reason, status: res.statusCode });
   }
 
   #snapshot(): StoredResponse {
