@@ -159,6 +159,11 @@ for (const folder of readdirSync(backendsDir, { withFileTypes: true })) {
       );
     }
   }
+  for (const file of files) {
+    if (file !== "index.ts" && file !== "declaration.ts" && !file.startsWith(`${name}-`)) {
+      problems.push(`src/backends/${name}/${file}: name it ${name}-<what>.ts (CONTRIBUTING.md)`);
+    }
+  }
   if (!declared.has(name)) {
     problems.push(`src/backends/${name}/ is not in ${LIST}: add its declaration there (one line)`);
   }

@@ -63,17 +63,19 @@ describe("scripts/check-exports.mjs (run by npm run check:package)", () => {
     expect(out).toContain("src/backends/mysql/declaration.ts names the driver mysql2");
   });
 
-  it("names a backend folder that is not in the list, or lacks the convention's files", () => {
+  it("names a backend folder that is not in the list, lacks the convention's files or names one otherwise", () => {
     const at = mkdtempSync(join(dir, "folders-"));
     cpSync(join(root, "src"), join(at, "src"), { recursive: true });
     copyFileSync(join(root, "package.json"), join(at, "package.json"));
     copyFileSync(join(root, "tsup.config.ts"), join(at, "tsup.config.ts"));
     mkdirSync(join(at, "src/backends/ghost"));
     writeFileSync(join(at, "src/backends/ghost/ghost-backend.ts"), "export {};\n");
+    writeFileSync(join(at, "src/backends/redis/helpers.ts"), "export {};\n");
     const { code, out } = check(at);
     expect(code).toBe(1);
     expect(out).toContain("src/backends/ghost/ is not in src/backends/declarations.ts");
     expect(out).toContain("src/backends/ghost/ has no declaration.ts");
     expect(out).toContain("src/backends/ghost/ has no ghost-client.ts");
+    expect(out).toContain("src/backends/redis/helpers.ts: name it redis-<what>.ts");
   });
 });

@@ -12,8 +12,8 @@
 import { ConfigurationError, StorageError } from "../../core/errors.js";
 import { connectTimeout, loadDriver, parseUrl, reachWithin, redactUrl } from "../../registry/support.js";
 import type { BackendDeclaration } from "../../registry/types.js";
-import { createDynamoDBTable } from "./create-table.js";
 import { DYNAMODB_CAPABILITIES, DynamoDBBackend } from "./dynamodb-backend.js";
+import { createDynamoDBTable } from "./dynamodb-table.js";
 
 const PARAMS = new Set(["table", "region", "create", "tls"]);
 

@@ -31,7 +31,7 @@ import {
   releaseExpression,
   renewExpression,
   unchanged,
-} from "./expressions.js";
+} from "./dynamodb-expressions.js";
 
 export interface DynamoDBBackendOptions {
   /**
@@ -175,7 +175,7 @@ export const DYNAMODB_CAPABILITIES: BackendCapabilities = Object.freeze({
 /**
  * DynamoDB, through the user's `DynamoDBClient`: every transition is one conditional write (a claim
  * is a `PutItem` conditioned on the item as last seen, absent first; complete, release and renew are
- * `UpdateItem`s conditioned on state and fence; the conditions are in `expressions.ts`).
+ * `UpdateItem`s conditioned on state and fence; the conditions are in `dynamodb-expressions.ts`).
  * A failed condition returns the item it was checked against (`ReturnValuesOnConditionCheckFailure:
  * "ALL_OLD"`), so a duplicate or a held key costs one round trip; on a store that does not return it
  * (the dynalite emulator) the backend reads the item with a consistent `GetItem` instead. No

@@ -1,9 +1,4 @@
 export {
-  type CreateDynamoDBTableOptions,
-  type CreateDynamoDBTableResult,
-  createDynamoDBTable,
-} from "./create-table.js";
-export {
   DYNAMODB_ITEM_LIMIT_BYTES,
   DynamoDBBackend,
   type DynamoDBBackendOptions,
@@ -14,4 +9,9 @@ export type {
   DynamoDBCommandsLike,
   ItemLike,
 } from "./dynamodb-client.js";
-export { DEFAULT_ATTRIBUTES, type DynamoDBAttributeNames } from "./expressions.js";
+export { DEFAULT_ATTRIBUTES, type DynamoDBAttributeNames } from "./dynamodb-expressions.js";
+export {
+  type CreateDynamoDBTableOptions,
+  type CreateDynamoDBTableResult,
+  createDynamoDBTable,
+} from "./dynamodb-table.js";

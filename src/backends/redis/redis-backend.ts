@@ -33,7 +33,7 @@ import {
   unpackRecord,
   VIA_CODES,
   WATCH,
-} from "./scripts.js";
+} from "./redis-scripts.js";
 
 export interface RedisBackendOptions {
   /**
@@ -136,7 +136,7 @@ function resultArg(value: Uint8Array): RedisArg {
 }
 
 /**
- * Records in Redis, one packed string per key (layout in `scripts.ts`), every transition one `EVALSHA`
+ * Records in Redis, one packed string per key (layout in `redis-scripts.ts`), every transition one `EVALSHA`
  * of a small Lua script that reads the clock with `TIME`: client clock skew can neither expire nor
  * extend a lease. Scripts touch only
  * the record's key, so the backend is Cluster-safe. A script missing from a node's cache (restart,
@@ -341,7 +341,7 @@ export class RedisBackend implements Backend {
   /**
    * The plain-command claim (after `#claimArgs` validated the durations). `SET … NX PX … GET` takes an
    * absent key atomically and writes a fresh record whose times live in the key's expiry (server
-   * clock; see FRESH_VERSION in scripts.ts). When the key exists the same call returns its value
+   * clock; see FRESH_VERSION in redis-scripts.ts). When the key exists the same call returns its value
    * untouched; the outcomes that write nothing — held, done — are decided from it by `planClaim` with
    * the server time read just before the SET (never later, so a lease or a ttl is at most judged a
    * fraction of a millisecond longer than it lasts, never shorter). Every outcome that writes —

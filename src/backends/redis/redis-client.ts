@@ -5,7 +5,7 @@
  * routing key as `sendCommand`'s first argument.
  */
 import { ConfigurationError } from "../../core/errors.js";
-import type { Script } from "./scripts.js";
+import type { Script } from "./redis-scripts.js";
 
 /** An argument as both clients accept it. */
 export type RedisArg = string | Buffer;

@@ -1,7 +1,7 @@
 import { ConfigurationError, storageError } from "../../core/errors.js";
 import { resolveAttributes, validateTableName } from "./dynamodb-backend.js";
 import { type DynamoDBClientLike, type DynamoDBCommandsLike, loadCommands } from "./dynamodb-client.js";
-import type { DynamoDBAttributeNames } from "./expressions.js";
+import type { DynamoDBAttributeNames } from "./dynamodb-expressions.js";
 
 export interface CreateDynamoDBTableOptions {
   readonly client: DynamoDBClientLike;
