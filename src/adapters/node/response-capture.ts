@@ -187,7 +187,7 @@ export class ResponseCapture {
     const res = this.#res;
     // Closed already (the client left while the key was claimed): no `close` event will come.
     if (res.destroyed) this.#onClose();
-    else res.once("close", this.#onClose);
+    else res.on("close", this.#onClose);
     const originals = prototypeOriginals(this.#res);
     if (originals !== undefined) {
       this.#original = originals;
