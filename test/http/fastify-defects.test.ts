@@ -248,6 +248,30 @@ describe("Fastify: a reply that never passes through onSend settles its key when
     expect(await retry.json()).toEqual({ second: true });
     expect(runs()).toBe(2);
   });
+  it("a response the handler destroyed, then replied to within the lease: that reply is stored and replayed", async () => {
+    const { app, runs } = await guarded((app, count) => {
+      app.post("/x", async (_request, reply) => {
+        const run = count();
+        reply.raw.destroy();
+        // The side effect goes on after the connection is gone; its reply still reaches onSend.
+        await new Promise((resolve) => reply.raw.once("close", resolve));
+        return { run };
+      });
+    });
+    const base = await app.listen({ port: 0, host: "127.0.0.1" });
+    const key = randomUUID();
+    const send = () =>
+      fetch(`${base}/x`, {
+        method: "POST",
+        headers: { "idempotency-key": key, "content-type": "application/json" },
+        body: "{}",
+      });
+    await expect(send()).rejects.toThrow();
+    const retry = await send();
+    expect(retry.headers.get("idempotent-replayed")).toBe("true");
+    expect(await retry.json()).toEqual({ run: 1 });
+    expect(runs()).toBe(1);
+  });
 });
 
 describe("Fastify: web Response and ReadableStream payloads (item 4)", () => {
@@ -338,5 +362,52 @@ describe("Fastify: web Response and ReadableStream payloads (item 4)", () => {
     expect(first.headers["idempotency-bypass"]).toBe("streamed");
     await post(app, "/events", key);
     expect(runs()).toBe(2);
+  });
+
+  it("a web Response whose body was already read gets Fastify's own error answer, and the key is released", async () => {
+    const { app, runs } = await guarded((app, count) => {
+      app.post("/used", async (_request, reply) => {
+        count();
+        const response = new Response("once");
+        await response.text();
+        return reply.send(response);
+      });
+    });
+    const without = await plain((app) => {
+      app.post("/used", async (_request, reply) => {
+        const response = new Response("once");
+        await response.text();
+        return reply.send(response);
+      });
+    });
+    const expected = await without.inject({ method: "POST", url: "/used", payload: {} });
+    const key = randomUUID();
+    const first = await post(app, "/used", key);
+    expect(first.statusCode).toBe(expected.statusCode);
+    expect(first.json()).toEqual(expected.json());
+    await post(app, "/used", key);
+    expect(runs()).toBe(2);
+    await settled();
+    expect(rejections).toEqual([]);
+  });
+
+  it("a web Response whose body fails while it is read is a 500 through Fastify, and the key is released", async () => {
+    const { app, runs } = await guarded((app, count) => {
+      app.post("/broken", async (_request, reply) => {
+        count();
+        const body = new ReadableStream<Uint8Array>({
+          pull(controller) {
+            controller.error(new Error("the source broke"));
+          },
+        });
+        return reply.send(new Response(body, { status: 201 }));
+      });
+    });
+    const key = randomUUID();
+    expect((await post(app, "/broken", key)).statusCode).toBe(500);
+    expect((await post(app, "/broken", key)).statusCode).toBe(500);
+    expect(runs()).toBe(2);
+    await settled();
+    expect(rejections).toEqual([]);
   });
 });
