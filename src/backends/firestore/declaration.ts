@@ -10,7 +10,6 @@
  */
 
 import { storageError } from "../../core/errors.js";
-import { GOOGLE_CONNECT_TIMEOUT_MS, parseGoogleUrl } from "../../registry/datastore.js";
 import {
   connectTimeout,
   loadDriver,
@@ -21,6 +20,7 @@ import {
 } from "../../registry/support.js";
 import type { BackendDeclaration } from "../../registry/types.js";
 import { DOCUMENT_CAPABILITIES } from "../document/document-backend.js";
+import { GOOGLE_CONNECT_TIMEOUT_MS, parseGoogleUrl } from "../document/google-url.js";
 import { FirestoreBackend } from "./firestore-backend.js";
 
 export const firestore: BackendDeclaration = {
