@@ -1,270 +1,66 @@
 /**
  * The surface-neutral guard: the policy every surface shares (Pub/Sub push, CloudEvents and pull,
  * HTTP, RabbitMQ, NATS). It builds the backend once, honours `ONCELY_DISABLED`, resolves and
- * validates the key, dispatches to `lock` or `mutex`, waits, and reduces whatever happened to one
- * `GuardOutcome`. A surface describes itself with a `SurfaceSpec` (how to key a subject, what to put
- * in log lines) and translates outcomes into its own answers: a status code, ack, nack, term.
- *
- * | outcome | meaning | the work ran |
- * |---|---|---|
- * | `ran` | work returned and the key is recorded as done | yes |
- * | `not_committed` | work returned, the key is not done (fenced out, complete failed, declined) | yes |
- * | `duplicate` | the key was done already (carries the stored result) | no |
- * | `contention` | a live holder elsewhere (after any wait), or mutex on a done key | no |
- * | `conflict` | the key was first used with another fingerprint | no |
- * | `refused` | no key, or an invalid one | no |
- * | `failed` | work (or the key function) threw | maybe |
- * | `unavailable` | the store (or the backend factory) failed before the work | no |
- * | `unguarded` | ran without a claim: disabled, keyless with `allowUnguarded`, or `failOpen` | yes |
+ * validates the key, runs the claim loop (`core/run.ts`) in `lock` or `mutex` mode, and returns its
+ * one outcome union, `GuardOutcome` (`core/outcome.ts`, with the table of every ending). A surface
+ * describes itself with a `SurfaceSpec` (how to key a subject, what to put in log lines) and
+ * translates outcomes into its own answers: a status code, ack, nack, term.
  */
 
 import { coalesceClaims } from "./coalesce.js";
-import type { ReplayedResult } from "./codec.js";
-import {
-  ConfigurationError,
-  ConflictError,
-  InProgressError,
-  InvalidKeyError,
-  StorageError,
-} from "./errors.js";
+import { surfaceDefaults } from "./defaults.js";
+import { ConfigurationError, InvalidKeyError } from "./errors.js";
 import { callHook, consoleLogger, EventType, hashKey, type Logger, type OncelyEvent } from "./events.js";
 import { validateKey } from "./keys.js";
 import { type ScopedLogger, safeText, scopedLogger } from "./log.js";
+import type { BackendFactory, SurfaceOptions, WorkContext } from "./options.js";
+import type { CoreOutcome, GuardOutcome } from "./outcome.js";
+import { claimAndRun } from "./run.js";
+import { DISABLED_ENV, isDisabled, type RunOptions, type SurfaceSpec } from "./surface.js";
 import {
   currentTelemetry,
   endSpan,
   startSpan,
-  TELEMETRY_PARENT,
   type Telemetry,
   type TelemetrySpan,
   type TelemetryValue,
 } from "./telemetry.js";
 import type { Backend } from "./types.js";
-import { AFTER_COMPLETE, type LockOptions, lock, mutex } from "./verbs.js";
 
-/** Builds the backend on first use. Called at most once while it succeeds. */
-export type BackendFactory = () => Backend | Promise<Backend>;
+export type { BackendFactory, GuardConfig, SurfaceOptions } from "./options.js";
+export type { GuardOutcome } from "./outcome.js";
+export {
+  DISABLED_ENV,
+  extendContext,
+  isDisabled,
+  type RunOptions,
+  type SurfaceSpec,
+} from "./surface.js";
 
-/** What guarded work receives. */
-export interface GuardContext {
-  /** The idempotency key the work is guarded by (`""` when it ran unguarded without one). */
-  readonly key: string;
-  /**
-   * The claim's fencing token: hand it to the sink so it can reject a stale writer. `0` when the
-   * work ran unguarded: below every real fence.
-   */
-  readonly fence: number;
-  /** Aborts when the claim is lost while the work runs. Never aborts when unguarded. */
-  readonly signal: AbortSignal;
-  /** False when the work runs without a claim (`allowUnguarded`, `failOpen`, `ONCELY_DISABLED`). */
-  readonly guarded: boolean;
-}
-
-/** Options every surface takes (each surface adds its own). */
-export interface GuardConfig<S, T = unknown>
-  extends Omit<LockOptions<T>, "backend" | "fingerprint" | "shouldCommit"> {
-  /**
-   * The backend, or a factory building it on first use (concurrent first calls share one build; a
-   * build that fails is retried on the next call).
-   */
-  readonly backend: Backend | BackendFactory;
-  /**
-   * Derives a business key from the subject, replacing the surface's default. Used verbatim.
-   * Returning `undefined` means "no key": refused unless `allowUnguarded`. A throw is a work failure.
-   */
-  readonly key?: ((subject: S) => string | undefined) | undefined;
-  /** Run the work without a guard when no key resolves (event `ran_unguarded`). @default false */
-  readonly allowUnguarded?: boolean | undefined;
-  /**
-   * When the store fails before the work, run the work unguarded (event `ran_unguarded`) instead of
-   * answering `unavailable`. @default false (fail closed)
-   */
-  readonly failOpen?: boolean | undefined;
-  /** `"lock"` de-duplicates; `"mutex"` serializes (every call runs, never two at once). @default "lock" */
-  readonly mode?: "lock" | "mutex" | undefined;
-}
-
-/** How a surface describes itself to the guard. */
-export interface SurfaceSpec<S> {
-  /** Log and event scope: `pubsub`, `http`, `rabbitmq`, … */
-  readonly name: string;
-  /** Names the wrapper in configuration errors (`idempotent`, `withIdempotency`). @default name */
-  readonly wrapper?: string | undefined;
-  /** The surface's default key for a subject, or `undefined` when it has none. */
-  key(subject: S): string | undefined;
-  /** Short structured fields for log lines (ids, attempt numbers). Values are made safe here. */
-  fields(subject: S): Record<string, unknown>;
-  /**
-   * A short description for log lines, e.g. `message 123 (deliveryAttempt 2)`. Escaped and capped
-   * at 300 characters here; bound each piece of delivery text yourself (`safeText(id, 100)`) so the
-   * cap never cuts the words that follow it.
-   */
-  label(subject: S): string;
-  /** Why a subject without a key is refused (no user key function configured). */
-  noKey?(subject: S): string;
-  /** How the surface retries, for log lines: e.g. `nack so Pub/Sub redelivers`. @default "retry later" */
-  readonly retry?: string | undefined;
-  /** Send the claims made in one tick as one `claimMany` when the backend has it. @default false */
-  readonly batchClaims?: boolean | undefined;
-  /**
-   * Span attributes for the surface's span (`oncely.<name>`), following the OpenTelemetry semantic
-   * conventions where one applies (`messaging.*` for brokers, `http.*`/`url.*` for HTTP). Read only
-   * when telemetry is enabled.
-   */
-  attributes?(subject: S): Record<string, TelemetryValue | undefined>;
-}
-
-/** Per-call choices a surface makes. */
-export interface RunOptions<T> {
-  /** The payload's hash; a different one stored under the key gives `conflict`. */
-  readonly fingerprint?: string | undefined;
-  /** Overrides the configured `wait` for this call. */
-  readonly wait?: number | undefined;
-  /** `false` releases the key instead of completing it (outcome `not_committed`, reason `declined`). */
-  readonly commit?: ((value: T) => boolean) | undefined;
-  /**
-   * Called once the complete of a committed value has answered (done, fenced out or failed), in the
-   * same turn — before the outcome resolves. Lock mode only; not called when the key is released.
-   */
-  readonly afterComplete?: (() => void) | undefined;
-}
-
-/** How one guarded call ended. Surfaces map each kind to their own answer. */
-export type GuardOutcome<T> =
-  | {
-      readonly kind: "ran";
-      readonly key: string;
-      readonly fence: number;
-      readonly value: T;
-      /** Always true: kept so that `outcome.committed` reads the same on `ran` and `not_committed`. */
-      readonly committed: true;
-      readonly resultStored: boolean;
-    }
-  | {
-      readonly kind: "not_committed";
-      readonly key: string;
-      readonly fence: number;
-      readonly value: T;
-      readonly committed: false;
-      readonly reason: "fenced_out" | "complete_failed" | "declined";
-      readonly error?: unknown;
-    }
-  | {
-      readonly kind: "duplicate";
-      readonly key: string;
-      readonly fence: number;
-      readonly completedAt: number;
-      readonly result: ReplayedResult<T>;
-    }
-  | {
-      readonly kind: "contention";
-      readonly key: string;
-      readonly retryAfterMs: number;
-      /** `held`: a live holder; `done`: mutex mode on a key that `lock` completed. */
-      readonly reason: "held" | "done";
-    }
-  | { readonly kind: "conflict"; readonly key: string; readonly fence: number | undefined }
-  | { readonly kind: "refused"; readonly reason: string }
-  | {
-      readonly kind: "failed";
-      readonly key: string | undefined;
-      readonly error: unknown;
-      /** Whether the work had started (false: the key function or the guard itself threw). */
-      readonly started: boolean;
-    }
-  | { readonly kind: "unavailable"; readonly key: string | undefined; readonly error: unknown }
-  | {
-      readonly kind: "unguarded";
-      readonly key: string | undefined;
-      readonly value: T;
-      readonly reason: "disabled" | "no_key" | "fail_open";
-    };
-
-/** Names the environment variable that turns every wrapper into a warning pass-through. */
-export const DISABLED_ENV = "ONCELY_DISABLED";
-
-/**
- * Whether `ONCELY_DISABLED` is set to `1`, `true`, `yes` or `on` (any case). Read on every call, so a
- * test can switch it per case.
- */
-export function isDisabled(env: NodeJS.ProcessEnv = process.env): boolean {
-  const value = env[DISABLED_ENV]?.trim().toLowerCase();
-  return value === "1" || value === "true" || value === "yes" || value === "on";
-}
+/** @deprecated Renamed `WorkContext` (one context type for work); removed in the next minor release. */
+export type GuardContext = WorkContext;
 
 function isBackend(value: unknown): value is Backend {
   return typeof value === "object" && value !== null && typeof (value as Backend).claim === "function";
-}
-
-/**
- * The context guarded work receives under a claim: the verb's key and fence, and its signal, read
- * through (the verb builds the AbortController only when work reads it).
- *
- * A class on purpose. An object literal with `get signal()` gives every call's object a hidden class
- * of its own (the getter is a new closure each time), V8 keeps hidden classes in the old generation,
- * and an old object's pointers are roots of every young-generation collection: each call's whole
- * graph (request, promises, records) then survived to the old generation. Measured on `Guard.run`
- * over the memory backend: 1,525 bytes promoted per call with the literal, 457 with the class.
- */
-class ClaimedContext implements GuardContext {
-  readonly key: string;
-  readonly fence: number;
-  readonly guarded = true;
-  readonly #claim: { readonly signal: AbortSignal };
-
-  constructor(claim: { readonly key: string; readonly fence: number; readonly signal: AbortSignal }) {
-    this.key = claim.key;
-    this.fence = claim.fence;
-    this.#claim = claim;
-  }
-
-  get signal(): AbortSignal {
-    return this.#claim.signal;
-  }
-}
-
-/** `extendContext`'s objects: the base's fields and the surface's, `signal` read through lazily. */
-class ExtendedContext {
-  readonly #base: GuardContext;
-
-  constructor(base: GuardContext, extra: object) {
-    const fields = this as unknown as Record<string, unknown>;
-    for (const source of [extra, base] as unknown as Array<Record<string, unknown>>) {
-      for (const name of Object.keys(source)) if (name !== "signal") fields[name] = source[name];
-    }
-    this.#base = base;
-  }
-
-  get signal(): AbortSignal {
-    return this.#base.signal;
-  }
-}
-
-/**
- * A context object: `base`'s fields plus the surface's (`base` wins a name both have), reading
- * `base.signal` only when the work reads `signal` (it builds an AbortController on first read).
- * One class for every call, never a per-call getter (see `ClaimedContext`).
- */
-export function extendContext<B extends GuardContext, E extends object>(base: B, extra: E): B & E {
-  return new ExtendedContext(base, extra) as unknown as B & E;
 }
 
 const NEVER_ABORTS = new AbortController().signal;
 
 /** The options resolved once per wrapper, and the backend built once on first use. */
 export class Guard<S, T = unknown> {
-  readonly #config: GuardConfig<S, T>;
+  readonly #config: SurfaceOptions<S, T>;
   readonly #surface: SurfaceSpec<S>;
   readonly #logger: ScopedLogger;
-  readonly #lockOptions: Omit<LockOptions<T>, "backend">;
-  /** The prototype of every call's `lock` options (see `#callOptions`). */
-  #lockBase: Readonly<Omit<LockOptions<T>, "backend">> | undefined;
+  /** The core options, copied at wrap time (the surface-guard choices and the backend left out). */
+  readonly #options: Omit<SurfaceOptions<S, T>, "backend" | "key" | "allowUnguarded" | "failOpen" | "mode">;
+  /** The configured `wait`, else the surface's default (`SURFACE_DEFAULTS`). */
+  readonly #wait: number;
   #backend: Promise<Backend> | undefined;
   #built: Backend | undefined;
   #warnedDisabled = false;
 
   /** @throws ConfigurationError for options that cannot work, at wrap time. */
-  constructor(config: GuardConfig<S, T>, surface: SurfaceSpec<S>) {
+  constructor(config: SurfaceOptions<S, T>, surface: SurfaceSpec<S>) {
     const wrapper = surface.wrapper ?? surface.name;
     if (config === undefined || config === null || typeof config !== "object") {
       throw new ConfigurationError(`${wrapper}: options with a backend are required`);
@@ -289,15 +85,9 @@ export class Guard<S, T = unknown> {
     this.#config = config;
     this.#surface = surface;
     this.#logger = scopedLogger(config.logger ?? consoleLogger, surface.name);
-    const {
-      backend: _b,
-      key: _k,
-      allowUnguarded: _a,
-      failOpen: _f,
-      mode: _m,
-      ...lockOptions
-    } = config as GuardConfig<S, T> & Record<string, unknown>;
-    this.#lockOptions = lockOptions as Omit<LockOptions<T>, "backend">;
+    const { backend: _b, key: _k, allowUnguarded: _a, failOpen: _f, mode: _m, ...options } = config;
+    this.#options = options;
+    this.#wait = wait ?? surfaceDefaults(surface.name).wait;
     if (isBackend(backend)) this.#adopt(backend);
   }
 
@@ -389,7 +179,7 @@ export class Guard<S, T = unknown> {
    */
   run(
     subject: S,
-    work: (context: GuardContext) => T | Promise<T>,
+    work: (context: WorkContext) => T | Promise<T>,
     call: RunOptions<T> = {},
   ): Promise<GuardOutcome<T>> {
     const telemetry = currentTelemetry();
@@ -400,7 +190,7 @@ export class Guard<S, T = unknown> {
   async #traced(
     telemetry: Telemetry,
     subject: S,
-    work: (context: GuardContext) => T | Promise<T>,
+    work: (context: WorkContext) => T | Promise<T>,
     call: RunOptions<T>,
   ): Promise<GuardOutcome<T>> {
     let attributes: Record<string, TelemetryValue | undefined> = {};
@@ -425,7 +215,7 @@ export class Guard<S, T = unknown> {
 
   async #run(
     subject: S,
-    work: (context: GuardContext) => T | Promise<T>,
+    work: (context: WorkContext) => T | Promise<T>,
     call: RunOptions<T>,
     span: TelemetrySpan | undefined,
   ): Promise<GuardOutcome<T>> {
@@ -471,83 +261,18 @@ export class Guard<S, T = unknown> {
       }
     }
 
-    let started = false;
-    let fence = 0;
-    const guarded = (context: { key: string; fence: number; signal: AbortSignal }) => {
-      started = true;
-      fence = context.fence;
-      // `signal` stays a getter: the core builds its AbortController only when work reads it.
-      return work(new ClaimedContext(context));
-    };
+    let outcome: CoreOutcome<T>;
     try {
-      if (config.mode === "mutex") {
-        const { codec: _c, maxResultBytes: _m, onDuplicate: _d, ...mutexOptions } = this.#lockOptions;
-        const value = await mutex(key, guarded, {
-          ...mutexOptions,
-          ...(span === undefined ? {} : { [TELEMETRY_PARENT]: span }),
-          backend,
-          fingerprint: call.fingerprint,
-          wait: call.wait ?? config.wait,
-        });
-        return { kind: "ran", key, fence, value, committed: true, resultStored: false };
-      }
-      const outcome = await lock(key, guarded, this.#callOptions(backend, call, span));
-      if (outcome.kind === "duplicate") {
-        return {
-          kind: "duplicate",
-          key,
-          fence: outcome.fence,
-          completedAt: outcome.completedAt,
-          result: outcome.result,
-        };
-      }
-      if (outcome.committed) {
-        return {
-          kind: "ran",
-          key,
-          fence: outcome.fence,
-          value: outcome.value,
-          committed: true,
-          resultStored: outcome.resultStored,
-        };
-      }
-      return {
-        kind: "not_committed",
-        key,
-        fence: outcome.fence,
-        value: outcome.value,
-        committed: false,
-        reason: outcome.reason,
-        error: outcome.error,
-      };
+      outcome = await claimAndRun(config.mode === "mutex" ? "mutex" : "lock", key, work, this.#options, {
+        backend,
+        fingerprint: call.fingerprint,
+        wait: call.wait ?? this.#wait,
+        shouldCommit: call.commit,
+        afterComplete: call.afterComplete,
+        parent: span,
+      });
     } catch (error) {
-      if (started) {
-        this.#logger.error(
-          { keyHash: hashKey(key), ...this.#fields(subject), error },
-          `handler failed; ${this.#retry}`,
-        );
-        return { kind: "failed", key, error, started: true };
-      }
-      if (error instanceof ConflictError) {
-        this.#logger.warn(
-          { keyHash: hashKey(key), ...this.#fields(subject), fence: error.fence },
-          `${this.#label(subject)}: key reused with a different payload; nothing ran, nothing replayed`,
-        );
-        return { kind: "conflict", key, fence: error.fence };
-      }
-      if (error instanceof InProgressError) {
-        this.#logger.warn(
-          {
-            keyHash: hashKey(key),
-            ...this.#fields(subject),
-            retryAfterMs: error.retryAfterMs,
-            reason: error.reason,
-          },
-          `${this.#label(subject)} is ${error.reason === "done" ? "already completed by lock (mutex refused)" : "in progress elsewhere"}; ${this.#retry}, retry in ~${Math.ceil(error.retryAfterMs / 1000)}s`,
-        );
-        return { kind: "contention", key, retryAfterMs: error.retryAfterMs, reason: error.reason };
-      }
-      if (error instanceof StorageError) return this.#unavailable(subject, work, key, error);
+      // Only a call that cannot start throws (an invalid key, options that cannot work).
       if (error instanceof InvalidKeyError) return { kind: "refused", reason: error.message };
       this.#logger.error(
         { keyHash: hashKey(key), ...this.#fields(subject), error },
@@ -555,25 +280,32 @@ export class Guard<S, T = unknown> {
       );
       return { kind: "failed", key, error, started: false };
     }
-  }
-
-  /**
-   * One call's `lock` options: its own fields over the configured ones, which it inherits. Spreading
-   * the configured options into a fresh object per call cost more than the rest of `lock` (a
-   * replay's whole path); an object over a prototype built once keeps `lock`'s reads monomorphic.
-   */
-  #callOptions(backend: Backend, call: RunOptions<T>, span: TelemetrySpan | undefined): LockOptions<T> {
-    this.#lockBase ??= { ...this.#lockOptions };
-    const options = Object.create(this.#lockBase) as {
-      -readonly [K in keyof LockOptions<T>]: LockOptions<T>[K];
-    } & { [TELEMETRY_PARENT]?: TelemetrySpan; [AFTER_COMPLETE]?: () => void };
-    options.backend = backend;
-    options.fingerprint = call.fingerprint;
-    options.wait = call.wait ?? this.#config.wait;
-    options.shouldCommit = call.commit;
-    if (call.afterComplete !== undefined) options[AFTER_COMPLETE] = call.afterComplete;
-    if (span !== undefined) options[TELEMETRY_PARENT] = span;
-    return options;
+    switch (outcome.kind) {
+      case "failed":
+        this.#logger.error(
+          { keyHash: hashKey(key), ...this.#fields(subject), error: outcome.error },
+          `handler failed; ${this.#retry}`,
+        );
+        return outcome;
+      case "conflict":
+        this.#logger.warn(
+          { keyHash: hashKey(key), ...this.#fields(subject), fence: outcome.fence },
+          `${this.#label(subject)}: key reused with a different payload; nothing ran, nothing replayed`,
+        );
+        return outcome;
+      case "contention": {
+        const { retryAfterMs, reason } = outcome;
+        this.#logger.warn(
+          { keyHash: hashKey(key), ...this.#fields(subject), retryAfterMs, reason },
+          `${this.#label(subject)} is ${reason === "done" ? "already completed by lock (mutex refused)" : "in progress elsewhere"}; ${this.#retry}, retry in ~${Math.ceil(retryAfterMs / 1000)}s`,
+        );
+        return outcome;
+      }
+      case "unavailable":
+        return this.#unavailable(subject, work, key, outcome.error);
+      default:
+        return outcome;
+    }
   }
 
   #safeKey(subject: S): string | undefined {
@@ -586,7 +318,7 @@ export class Guard<S, T = unknown> {
 
   async #unavailable(
     subject: S,
-    work: (context: GuardContext) => T | Promise<T>,
+    work: (context: WorkContext) => T | Promise<T>,
     key: string,
     error: unknown,
   ): Promise<GuardOutcome<T>> {
@@ -606,7 +338,7 @@ export class Guard<S, T = unknown> {
 
   async #unguarded(
     subject: S,
-    work: (context: GuardContext) => T | Promise<T>,
+    work: (context: WorkContext) => T | Promise<T>,
     key: string | undefined,
     reason: "disabled" | "no_key" | "fail_open",
   ): Promise<GuardOutcome<T>> {

@@ -1,0 +1,38 @@
+/**
+ * The default of every core option (`GuardOptions`, `core/options.ts`), and the one table where a
+ * surface's default differs from the core's. A surface never declares a core option again: it reads
+ * its defaults from here.
+ */
+
+/** @default 60 seconds */
+export const DEFAULT_LEASE_MS = 60_000;
+/** @default 24 hours */
+export const DEFAULT_TTL_MS = 24 * 60 * 60 * 1000;
+/** @default 5 seconds (and never more than half the lease) */
+export const DEFAULT_STORE_TIMEOUT_MS = 5_000;
+/** @default 2 retries of a claim or complete that failed with a `StorageError` */
+export const DEFAULT_STORAGE_RETRIES = 2;
+/** @default 0: a live holder is answered at once (`InProgressError`, outcome `contention`) */
+export const DEFAULT_WAIT_MS = 0;
+
+/** The core options whose default a surface may set differently. */
+export interface SurfaceDefaults {
+  /** See `GuardOptions.wait`. */
+  readonly wait: number;
+}
+
+/**
+ * Defaults per surface name (`SurfaceSpec.name`), where they differ from the core's. HTTP waits for a
+ * live holder: a client's retry during the first request is answered with the first response rather
+ * than 409. Brokers and Pub/Sub do not: the broker redelivers later, and a held message costs a
+ * consumer slot.
+ */
+export const SURFACE_DEFAULTS: Readonly<Record<string, Partial<SurfaceDefaults>>> = {
+  http: { wait: 10_000 },
+};
+
+/** The defaults of the surface named `name`: its row of `SURFACE_DEFAULTS` over the core's. */
+export function surfaceDefaults(name: string): SurfaceDefaults {
+  const row = Object.hasOwn(SURFACE_DEFAULTS, name) ? SURFACE_DEFAULTS[name] : undefined;
+  return { wait: row?.wait ?? DEFAULT_WAIT_MS };
+}
