@@ -259,7 +259,8 @@ export async function idempotency(
     state.payload = undefined;
     state.failure = undefined;
     try {
-      if (error !== undefined) held(error instanceof Error ? error : new Error(String(error)));
+      if (error !== undefined)
+        held(error instanceof Error ? error : new Error("the guard failed", { cause: error }));
       else if (failure !== undefined) held(failure);
       else held(null, payload);
     } catch (thrown) {
@@ -354,10 +355,11 @@ export async function idempotency(
       done(null, response);
       return;
     }
-    // Fastify sends the pass-through `Response` (its status, headers and the body as it comes).
-    const pass = (passing: Response): void => {
+    // Fastify sends what it is given: a pass-through `Response` (its status, headers and the body as
+    // it comes), or the bytes of one read whole.
+    const pass = (payload: unknown): void => {
       try {
-        done(null, passing);
+        done(null, payload);
       } catch (error) {
         failReply(reply, error, logger, "the reply");
       }
@@ -368,9 +370,17 @@ export async function idempotency(
         return;
       }
       const { status, headers, body } = captured.response;
-      reply.code(status);
-      for (const [name, value] of headers) reply.header(name, value);
-      whole(state, Buffer.from(body.buffer, body.byteOffset, body.byteLength), done);
+      const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+      try {
+        reply.code(status);
+        for (const [name, value] of headers) reply.header(name, value);
+      } catch (error) {
+        fail(error);
+        return;
+      }
+      // Settled meanwhile (the connection closed and no reply came within the lease): sent, not held.
+      if (state.settle === undefined) pass(bytes);
+      else whole(state, bytes, done);
     };
     const fail = (error: unknown): void => {
       settle(state, notCaptured(reply));
