@@ -1,4 +1,6 @@
-import { EarlyDelivery, readFetchBody, splitFetchUrl, toFetchResponse, withHeader } from "./fetch.js";
+import { EarlyDelivery } from "./early-delivery.js";
+import { readFetchBody } from "./fetch-body.js";
+import { toFetchResponse, withHeader } from "./fetch-response.js";
 import { BYPASS_HEADER, type HttpDecision, HttpGuard } from "./http-guard.js";
 import type { HttpIdempotencyOptions } from "./options.js";
 
@@ -85,4 +87,16 @@ async function respond(
     case "throw":
       throw decision.error;
   }
+}
+
+/** A Fetch URL's path and query (without `?`), without building a `URL`. */
+function splitFetchUrl(url: string): { readonly path: string; readonly query: string } {
+  const scheme = url.indexOf("://");
+  const slash = scheme === -1 ? url.indexOf("/") : url.indexOf("/", scheme + 3);
+  if (slash === -1) return { path: "/", query: "" };
+  const hash = url.indexOf("#", slash);
+  const end = hash === -1 ? url.length : hash;
+  const mark = url.indexOf("?", slash);
+  if (mark === -1 || mark > end) return { path: url.slice(slash, end), query: "" };
+  return { path: url.slice(slash, mark), query: url.slice(mark + 1, end) };
 }
