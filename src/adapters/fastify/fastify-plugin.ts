@@ -1,7 +1,7 @@
 import { validateHeaderName, validateHeaderValue } from "node:http";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { DEFAULT_LEASE_MS } from "../../core/defaults.js";
 import type { ScopedLogger } from "../../core/log.js";
-import { DEFAULT_LEASE_MS } from "../../core/verbs.js";
 import { captureFetchResponse } from "../../http/fetch.js";
 import { isJsonContentType, type RequestBody } from "../../http/fingerprint.js";
 import { BYPASS_HEADER, type CapturedResponse, HttpGuard } from "../../http/http-guard.js";
