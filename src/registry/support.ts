@@ -2,7 +2,7 @@
 import { connect } from "node:net";
 import { ConfigurationError, storageError } from "../core/errors.js";
 import type { Backend } from "../core/types.js";
-import type { OpenedBackend, OpenOptions } from "./types.js";
+import type { BackendDeclaration, BackendSpec, OpenedBackend, OpenOptions } from "./types.js";
 
 /** The default of `OpenOptions.connectTimeoutMs`. */
 export const DEFAULT_CONNECT_TIMEOUT_MS = 3_000;
@@ -25,6 +25,23 @@ export async function loadDriver<T>(
       { backend, cause },
     );
   }
+}
+
+/**
+ * A backend's declaration from its folder's spec: `open` checks `connectTimeoutMs` and loads the
+ * driver (`peers[0]`; a missing one is a `ConfigurationError` naming the package) before the spec's
+ * own `open` runs on it.
+ */
+export function declareBackend<D>(spec: BackendSpec<D>): BackendDeclaration {
+  const { load, connectTimeoutMs, open, ...declared } = spec;
+  return {
+    ...declared,
+    async open(url, options) {
+      const timeoutMs = connectTimeout(spec.name, options.connectTimeoutMs ?? connectTimeoutMs);
+      const driver = await loadDriver(spec.name, new URL(url).protocol, spec.peers[0], load);
+      return open(url, { ...options, timeoutMs }, driver);
+    },
+  };
 }
 
 /**
@@ -126,6 +143,27 @@ export function parseUrl(backend: string, raw: string, example: string): URL {
   }
 }
 
+/**
+ * Parses the URL of a store on a server: one of `schemes` (with their colon), with a host; anything
+ * else is a `ConfigurationError` naming `backend`.
+ */
+export function parseServerUrl(
+  backend: string,
+  raw: string,
+  example: string,
+  schemes: readonly string[],
+): URL {
+  const url = parseUrl(backend, raw, example);
+  if (!schemes.includes(url.protocol)) {
+    const expected = schemes.map((scheme) => `${scheme}//`).join(" or ");
+    throw new ConfigurationError(`expected ${expected}, got ${url.protocol}`, { backend });
+  }
+  if (url.hostname === "") {
+    throw new ConfigurationError(`${redactUrl(raw)}: ${url.protocol}// needs a host`, { backend });
+  }
+  return url;
+}
+
 /** A SQL driver's pool, as far as opening a backend on it needs. */
 export interface PoolLike {
   query(sql: string): Promise<unknown>;
@@ -133,41 +171,35 @@ export interface PoolLike {
 }
 
 /** How a SQL server's declaration opens its store (see `openSqlServer`). */
-export interface SqlServerOpener<D, P extends PoolLike> {
+export interface SqlServerOpener<P extends PoolLike> {
   /** The backend's name. */
   readonly name: string;
   /** The store's name in labels: `PostgreSQL`, `MySQL`. */
   readonly label: string;
-  /** The driver's npm package, and how to load it. */
-  readonly driver: string;
-  load(): Promise<D>;
-  /** A pool of the loaded driver whose connects give up after `timeoutMs`. */
-  pool(driver: D, timeoutMs: number): P;
-  /** The backend on `pool`, migrating its table on first use when `migrate`. */
-  backend(pool: P, migrate: boolean): Backend;
+  /** A pool whose connects give up after the deadline. */
+  readonly pool: P;
+  /** The backend on the pool, migrating its table on first use when `migrate`. */
+  backend(migrate: boolean): Backend;
 }
 
 /**
- * Opens a SQL server's store from its (already checked) URL: loads the driver, creates a pool,
- * builds the backend on it and proves the store answers within `connectTimeoutMs` (with `migrate`,
- * the first read creates or upgrades the table; without — `oncely migrate`, which says what it
- * changed — a bare `SELECT 1`). Ends the pool when that fails or when the opened backend is closed.
+ * Opens a SQL server's store on a pool its declaration created: builds the backend and proves the
+ * store answers within `options.timeoutMs` (with `migrate`, the first read creates or upgrades the
+ * table; without — `oncely migrate`, which says what it changed — a bare `SELECT 1`). Ends the pool
+ * when that fails or when the opened backend is closed.
  */
-export async function openSqlServer<D, P extends PoolLike>(
+export async function openSqlServer<P extends PoolLike>(
   url: string,
-  options: OpenOptions,
-  opener: SqlServerOpener<D, P>,
+  options: OpenOptions & { readonly timeoutMs: number },
+  opener: SqlServerOpener<P>,
 ): Promise<OpenedBackend> {
-  const { name } = opener;
+  const { name, pool } = opener;
   const migrate = options.migrate ?? true;
-  const timeoutMs = connectTimeout(name, options.connectTimeoutMs);
-  const driver = await loadDriver(name, new URL(url).protocol, opener.driver, () => opener.load());
-  const pool = opener.pool(driver, timeoutMs);
   let backend: Backend;
   try {
-    backend = opener.backend(pool, migrate);
+    backend = opener.backend(migrate);
     const opened = backend;
-    await reachWithin(name, `connect to ${redactUrl(url)}`, timeoutMs, () =>
+    await reachWithin(name, `connect to ${redactUrl(url)}`, options.timeoutMs, () =>
       migrate ? opened.get("oncely-registry-probe") : pool.query("SELECT 1"),
     );
   } catch (error) {

@@ -72,3 +72,19 @@ export interface BackendDeclaration extends RegistryEntry {
   /** The source of its subpath export `oncely/<name>` (a tsup entry, a package.json export). */
   readonly entry: string;
 }
+
+/**
+ * What a backend folder's `declaration.ts` writes, handed to `declareBackend`: the declaration, with
+ * its driver's loader and an `open` that receives the loaded driver and the connect deadline.
+ */
+export interface BackendSpec<D> extends Omit<BackendDeclaration, "open"> {
+  /** Loads the driver `peers[0]` names, lazily: `() => import("pg")`. */
+  load(): Promise<D>;
+  /** This store's default of `OpenOptions.connectTimeoutMs`. @default 3_000 */
+  readonly connectTimeoutMs?: number | undefined;
+  /**
+   * Opens the store at `url` (already checked) on the loaded `driver`, proving it answers within
+   * `options.timeoutMs` (else `StorageError`); ends what it created when that fails.
+   */
+  open(url: string, options: OpenOptions & { readonly timeoutMs: number }, driver: D): Promise<OpenedBackend>;
+}

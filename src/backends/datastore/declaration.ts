@@ -17,7 +17,7 @@
  * Firestore's URLs are parsed alike (`../document/google-url.ts`).
  */
 import { StorageError } from "../../core/errors.js";
-import { connectTimeout, loadDriver, reachWithin, redactUrl, tcpReachable } from "../../registry/support.js";
+import { declareBackend, reachWithin, redactUrl, tcpReachable } from "../../registry/support.js";
 import type { BackendDeclaration } from "../../registry/types.js";
 import { DOCUMENT_CAPABILITIES } from "../document/document-backend.js";
 import { GOOGLE_CONNECT_TIMEOUT_MS, parseGoogleUrl } from "../document/google-url.js";
@@ -56,7 +56,7 @@ async function reachEmulator(host: string, url: string, timeoutMs: number): Prom
   }
 }
 
-export const datastore: BackendDeclaration = {
+export const datastore: BackendDeclaration = declareBackend({
   name: "datastore",
   schemes: ["datastore:"],
   peers: ["@google-cloud/datastore"],
@@ -67,15 +67,10 @@ export const datastore: BackendDeclaration = {
   check: (url) => {
     parseGoogleUrl("datastore", url, "kind", "DATASTORE_EMULATOR_HOST");
   },
-  async open(url, options) {
+  connectTimeoutMs: GOOGLE_CONNECT_TIMEOUT_MS,
+  load: () => import("@google-cloud/datastore"),
+  async open(url, { namespace, timeoutMs }, driver) {
     const parsed = parseGoogleUrl("datastore", url, "kind", "DATASTORE_EMULATOR_HOST");
-    const timeoutMs = connectTimeout("datastore", options.connectTimeoutMs ?? GOOGLE_CONNECT_TIMEOUT_MS);
-    const driver = await loadDriver(
-      "datastore",
-      "datastore:",
-      "@google-cloud/datastore",
-      () => import("@google-cloud/datastore"),
-    );
     const emulatorHost = parsed.host ?? (parsed.emulator ? process.env.DATASTORE_EMULATOR_HOST : undefined);
     const client = new driver.Datastore({
       ...(parsed.projectId === undefined ? {} : { projectId: parsed.projectId }),
@@ -89,7 +84,7 @@ export const datastore: BackendDeclaration = {
       const backend = new DatastoreBackend({
         datastore: client,
         kind: parsed.container,
-        namespace: options.namespace,
+        namespace,
       });
       // Names are checked (above) before anything is sent.
       if (emulatorHost !== undefined) await reachEmulator(emulatorHost, url, timeoutMs);
@@ -110,4 +105,4 @@ export const datastore: BackendDeclaration = {
       throw error;
     }
   },
-};
+});

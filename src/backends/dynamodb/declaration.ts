@@ -10,7 +10,7 @@
  * is signed with placeholder ones, which emulators accept.
  */
 import { ConfigurationError, StorageError } from "../../core/errors.js";
-import { connectTimeout, loadDriver, parseUrl, reachWithin, redactUrl } from "../../registry/support.js";
+import { declareBackend, parseUrl, reachWithin, redactUrl } from "../../registry/support.js";
 import type { BackendDeclaration } from "../../registry/types.js";
 import { DYNAMODB_CAPABILITIES, DynamoDBBackend } from "./dynamodb-backend.js";
 import { createDynamoDBTable } from "./dynamodb-table.js";
@@ -68,7 +68,7 @@ function parseDynamoDBUrl(raw: string): DynamoDBUrl {
   return { endpoint, table: url.searchParams.get("table") ?? undefined, region, create: flag(url, "create") };
 }
 
-export const dynamodb: BackendDeclaration = {
+export const dynamodb: BackendDeclaration = declareBackend({
   name: "dynamodb",
   schemes: ["dynamodb:"],
   peers: ["@aws-sdk/client-dynamodb"],
@@ -78,15 +78,9 @@ export const dynamodb: BackendDeclaration = {
   check: (url) => {
     parseDynamoDBUrl(url);
   },
-  async open(url, options) {
+  load: () => import("@aws-sdk/client-dynamodb"),
+  async open(url, { namespace, timeoutMs }, sdk) {
     const parsed = parseDynamoDBUrl(url);
-    const timeoutMs = connectTimeout("dynamodb", options.connectTimeoutMs);
-    const sdk = await loadDriver(
-      "dynamodb",
-      "dynamodb:",
-      "@aws-sdk/client-dynamodb",
-      () => import("@aws-sdk/client-dynamodb"),
-    );
     const local = parsed.endpoint !== undefined && process.env.AWS_ACCESS_KEY_ID === undefined;
     const client = new sdk.DynamoDBClient({
       region: parsed.region,
@@ -97,7 +91,7 @@ export const dynamodb: BackendDeclaration = {
       client,
       commands: sdk,
       table: parsed.table,
-      namespace: options.namespace,
+      namespace,
     });
     try {
       await reachWithin("dynamodb", `connect to ${redactUrl(url)}`, timeoutMs, async () => {
@@ -124,4 +118,4 @@ export const dynamodb: BackendDeclaration = {
       },
     };
   },
-};
+});

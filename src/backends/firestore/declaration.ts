@@ -11,8 +11,7 @@
 
 import { storageError } from "../../core/errors.js";
 import {
-  connectTimeout,
-  loadDriver,
+  declareBackend,
   reachWithin,
   redactUrl,
   settleWithin,
@@ -23,7 +22,7 @@ import { DOCUMENT_CAPABILITIES } from "../document/document-backend.js";
 import { GOOGLE_CONNECT_TIMEOUT_MS, parseGoogleUrl } from "../document/google-url.js";
 import { FirestoreBackend } from "./firestore-backend.js";
 
-export const firestore: BackendDeclaration = {
+export const firestore: BackendDeclaration = declareBackend({
   name: "firestore",
   schemes: ["firestore:"],
   peers: ["@google-cloud/firestore"],
@@ -34,15 +33,10 @@ export const firestore: BackendDeclaration = {
   check: (url) => {
     parseGoogleUrl("firestore", url, "collection", "FIRESTORE_EMULATOR_HOST");
   },
-  async open(url, options) {
+  connectTimeoutMs: GOOGLE_CONNECT_TIMEOUT_MS,
+  load: () => import("@google-cloud/firestore"),
+  async open(url, { namespace, timeoutMs }, driver) {
     const parsed = parseGoogleUrl("firestore", url, "collection", "FIRESTORE_EMULATOR_HOST");
-    const timeoutMs = connectTimeout("firestore", options.connectTimeoutMs ?? GOOGLE_CONNECT_TIMEOUT_MS);
-    const driver = await loadDriver(
-      "firestore",
-      "firestore:",
-      "@google-cloud/firestore",
-      () => import("@google-cloud/firestore"),
-    );
     // ssl: false is how the client recognises an emulator (it then authenticates as the owner).
     const client = new driver.Firestore({
       ...(parsed.projectId === undefined ? {} : { projectId: parsed.projectId }),
@@ -52,7 +46,7 @@ export const firestore: BackendDeclaration = {
       const backend = new FirestoreBackend({
         firestore: client,
         collection: parsed.container,
-        namespace: options.namespace,
+        namespace,
       });
       // Names are checked (above) before anything is sent; then one TCP connect refuses a dead
       // emulator port at once, before the client starts retrying requests at it.
@@ -89,4 +83,4 @@ export const firestore: BackendDeclaration = {
       throw error;
     }
   },
-};
+});

@@ -4,7 +4,7 @@
  * database itself must exist). Needs mysql2.
  */
 import { ConfigurationError } from "../../core/errors.js";
-import { openSqlServer, parseUrl, redactUrl } from "../../registry/support.js";
+import { declareBackend, openSqlServer, parseServerUrl, redactUrl } from "../../registry/support.js";
 import type { BackendDeclaration } from "../../registry/types.js";
 import { MYSQL_CAPABILITIES, MysqlBackend } from "./mysql-backend.js";
 
@@ -17,15 +17,7 @@ interface Mysql2Promise {
 }
 
 function parseMysqlUrl(raw: string): { config: Record<string, unknown>; table?: string } {
-  const url = parseUrl("mysql", raw, "mysql://user@host:port/db");
-  if (url.protocol !== "mysql:" && url.protocol !== "mariadb:") {
-    throw new ConfigurationError(`expected mysql:// or mariadb://, got ${url.protocol}`, {
-      backend: "mysql",
-    });
-  }
-  if (url.hostname === "") {
-    throw new ConfigurationError(`${redactUrl(raw)}: mysql:// needs a host`, { backend: "mysql" });
-  }
+  const url = parseServerUrl("mysql", raw, "mysql://user@host:port/db", ["mysql:", "mariadb:"]);
   const database = decodeURIComponent(url.pathname.replace(/^\//, ""));
   if (database === "" || database.includes("/")) {
     throw new ConfigurationError(`${redactUrl(raw)}: the path must name the database, e.g. /app`, {
@@ -44,7 +36,7 @@ function parseMysqlUrl(raw: string): { config: Record<string, unknown>; table?: 
   return { config, ...(table === undefined ? {} : { table }) };
 }
 
-export const mysql: BackendDeclaration = {
+export const mysql: BackendDeclaration = declareBackend({
   name: "mysql",
   schemes: ["mysql:", "mariadb:"],
   peers: ["mysql2"],
@@ -53,16 +45,18 @@ export const mysql: BackendDeclaration = {
   describe:
     "mysql://user@host:port/db[?table=t]  MySQL 8 / MariaDB, table created on first use (npm i mysql2)",
   check: (url) => void parseMysqlUrl(url),
-  open(url, options) {
+  load: () => import("mysql2/promise") as Promise<Mysql2Promise & { default?: Mysql2Promise }>,
+  open(url, options, driver) {
     const parsed = parseMysqlUrl(url);
+    const pool = (driver.default ?? driver).createPool({
+      ...parsed.config,
+      connectTimeout: options.timeoutMs,
+    });
     return openSqlServer(url, options, {
       name: "mysql",
       label: "MySQL",
-      driver: "mysql2",
-      load: () => import("mysql2/promise") as Promise<Mysql2Promise & { default?: Mysql2Promise }>,
-      pool: (driver, timeoutMs) =>
-        (driver.default ?? driver).createPool({ ...parsed.config, connectTimeout: timeoutMs }),
-      backend: (pool, migrate) =>
+      pool,
+      backend: (migrate) =>
         new MysqlBackend({
           pool: pool as never,
           namespace: options.namespace,
@@ -71,4 +65,4 @@ export const mysql: BackendDeclaration = {
         }),
     });
   },
-};
+});

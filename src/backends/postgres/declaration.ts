@@ -1,11 +1,4 @@
-/**
- * `postgres://user[:password]@host:port/db[?schema=s&table=t]` (also `postgresql://`): the PostgreSQL
- * backend on a `pg` Pool the entry creates and ends. The table is migrated on first use
- * (`autoMigrate`; the schema itself must exist). Other query parameters (`sslmode`, …) go to `pg`.
- * Needs pg.
- */
-import { ConfigurationError } from "../../core/errors.js";
-import { openSqlServer, parseUrl, redactUrl } from "../../registry/support.js";
+import { declareBackend, openSqlServer, parseServerUrl } from "../../registry/support.js";
 import type { BackendDeclaration } from "../../registry/types.js";
 import { POSTGRES_CAPABILITIES, PostgresBackend } from "./postgres-backend.js";
 
@@ -18,15 +11,7 @@ type PgPoolConstructor = new (config: Record<string, unknown>) => PgPool;
 
 /** The URL split into what `pg` connects with and what the backend is configured with. */
 function parsePostgresUrl(raw: string): { connectionString: string; schema?: string; table?: string } {
-  const url = parseUrl("postgres", raw, "postgres://user@host:port/db");
-  if (url.protocol !== "postgres:" && url.protocol !== "postgresql:") {
-    throw new ConfigurationError(`expected postgres:// or postgresql://, got ${url.protocol}`, {
-      backend: "postgres",
-    });
-  }
-  if (url.hostname === "") {
-    throw new ConfigurationError(`${redactUrl(raw)}: postgres:// needs a host`, { backend: "postgres" });
-  }
+  const url = parseServerUrl("postgres", raw, "postgres://user@host:port/db", ["postgres:", "postgresql:"]);
   const schema = url.searchParams.get("schema") ?? undefined;
   const table = url.searchParams.get("table") ?? undefined;
   url.searchParams.delete("schema");
@@ -38,7 +23,7 @@ function parsePostgresUrl(raw: string): { connectionString: string; schema?: str
   };
 }
 
-export const postgres: BackendDeclaration = {
+export const postgres: BackendDeclaration = declareBackend({
   name: "postgres",
   schemes: ["postgres:", "postgresql:"],
   peers: ["pg"],
@@ -48,24 +33,21 @@ export const postgres: BackendDeclaration = {
   describe:
     "postgres://user@host:port/db[?schema=s&table=t]  PostgreSQL, table created on first use (npm i pg)",
   check: (url) => void parsePostgresUrl(url),
-  open(url, options) {
+  load: () => import("pg") as Promise<{ default?: { Pool?: unknown }; Pool?: unknown }>,
+  open(url, options, pg) {
     const parsed = parsePostgresUrl(url);
+    const Pool = (pg.default?.Pool ?? pg.Pool) as PgPoolConstructor;
+    const pool = new Pool({
+      connectionString: parsed.connectionString,
+      connectionTimeoutMillis: options.timeoutMs,
+      max: 10,
+    });
+    pool.on("error", () => {}); // an idle client whose server went away: the next statement reports it
     return openSqlServer(url, options, {
       name: "postgres",
       label: "PostgreSQL",
-      driver: "pg",
-      load: () => import("pg") as Promise<{ default?: { Pool?: unknown }; Pool?: unknown }>,
-      pool(pg, timeoutMs) {
-        const Pool = (pg.default?.Pool ?? pg.Pool) as PgPoolConstructor;
-        const pool = new Pool({
-          connectionString: parsed.connectionString,
-          connectionTimeoutMillis: timeoutMs,
-          max: 10,
-        });
-        pool.on("error", () => {}); // an idle client whose server went away: the next statement reports it
-        return pool;
-      },
-      backend: (pool, migrate) =>
+      pool,
+      backend: (migrate) =>
         new PostgresBackend({
           pool: pool as never,
           namespace: options.namespace,
@@ -75,4 +57,4 @@ export const postgres: BackendDeclaration = {
         }),
     });
   },
-};
+});

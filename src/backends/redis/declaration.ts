@@ -3,7 +3,7 @@
  * client the entry creates and closes. Needs ioredis.
  */
 import { ConfigurationError } from "../../core/errors.js";
-import { connectTimeout, loadDriver, parseUrl, reachWithin, redactUrl } from "../../registry/support.js";
+import { declareBackend, parseServerUrl, reachWithin, redactUrl } from "../../registry/support.js";
 import type { BackendDeclaration } from "../../registry/types.js";
 import { REDIS_CAPABILITIES, RedisBackend } from "./redis-backend.js";
 
@@ -18,13 +18,7 @@ interface IoredisClient {
 type IoredisConstructor = new (url: string, options: Record<string, unknown>) => IoredisClient;
 
 function checkRedisUrl(raw: string): void {
-  const url = parseUrl("redis", raw, "redis://host:port[/db]");
-  if (url.protocol !== "redis:" && url.protocol !== "rediss:") {
-    throw new ConfigurationError(`expected redis:// or rediss://, got ${url.protocol}`, { backend: "redis" });
-  }
-  if (url.hostname === "") {
-    throw new ConfigurationError(`${redactUrl(raw)}: ${url.protocol}// needs a host`, { backend: "redis" });
-  }
+  const url = parseServerUrl("redis", raw, "redis://host:port[/db]", ["redis:", "rediss:"]);
   if (url.pathname !== "" && url.pathname !== "/" && !/^\/\d{1,2}$/.test(url.pathname)) {
     throw new ConfigurationError(`${redactUrl(raw)}: the path must be a database number, e.g. /0`, {
       backend: "redis",
@@ -32,7 +26,7 @@ function checkRedisUrl(raw: string): void {
   }
 }
 
-export const redis: BackendDeclaration = {
+export const redis: BackendDeclaration = declareBackend({
   name: "redis",
   schemes: ["redis:", "rediss:"],
   peers: ["ioredis", "redis"],
@@ -40,15 +34,8 @@ export const redis: BackendDeclaration = {
   entry: "src/backends/redis/index.ts",
   describe: "redis://host:port[/db]  Redis, rediss:// for TLS (npm i ioredis)",
   check: checkRedisUrl,
-  async open(url, options) {
-    checkRedisUrl(url);
-    const timeoutMs = connectTimeout("redis", options.connectTimeoutMs);
-    const loaded = await loadDriver(
-      "redis",
-      new URL(url).protocol,
-      "ioredis",
-      () => import("ioredis") as Promise<{ Redis?: unknown; default?: unknown }>,
-    );
+  load: () => import("ioredis") as Promise<{ Redis?: unknown; default?: unknown }>,
+  async open(url, { namespace, timeoutMs }, loaded) {
     const Redis = (loaded.Redis ?? loaded.default) as IoredisConstructor;
     const client = new Redis(url, { connectTimeout: timeoutMs, maxRetriesPerRequest: 3, lazyConnect: false });
     let lastError: Error | undefined;
@@ -67,7 +54,7 @@ export const redis: BackendDeclaration = {
       client.disconnect();
       throw error;
     }
-    const backend = new RedisBackend({ client: client as never, namespace: options.namespace });
+    const backend = new RedisBackend({ client: client as never, namespace });
     return {
       backend,
       label: `Redis ${redactUrl(url)}`,
@@ -77,4 +64,4 @@ export const redis: BackendDeclaration = {
       },
     };
   },
-};
+});

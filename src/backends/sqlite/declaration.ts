@@ -4,7 +4,7 @@
  */
 import { resolve } from "node:path";
 import { ConfigurationError } from "../../core/errors.js";
-import { connectTimeout, loadDriver, reachWithin } from "../../registry/support.js";
+import { declareBackend, reachWithin } from "../../registry/support.js";
 import type { BackendDeclaration } from "../../registry/types.js";
 import { SQLITE_CAPABILITIES, SqliteBackend } from "./sqlite-backend.js";
 
@@ -19,7 +19,7 @@ export function sqliteFile(url: string): string {
   return resolve(path);
 }
 
-export const sqlite: BackendDeclaration = {
+export const sqlite: BackendDeclaration = declareBackend({
   name: "sqlite",
   schemes: ["sqlite:"],
   peers: ["better-sqlite3"],
@@ -27,12 +27,11 @@ export const sqlite: BackendDeclaration = {
   entry: "src/backends/sqlite/index.ts",
   describe: "sqlite:<path>  a SQLite file on this host (npm i better-sqlite3)",
   check: (url) => void sqliteFile(url),
-  async open(url, options) {
+  // The backend loads better-sqlite3 itself; loaded here first, a missing driver names the package.
+  load: () => import("better-sqlite3"),
+  async open(url, { namespace, timeoutMs }) {
     const file = sqliteFile(url);
-    const timeoutMs = connectTimeout("sqlite", options.connectTimeoutMs);
-    // The backend loads better-sqlite3 itself; load it here first so a missing driver names the package.
-    await loadDriver("sqlite", "sqlite:", "better-sqlite3", () => import("better-sqlite3"));
-    const backend = new SqliteBackend({ database: file, namespace: options.namespace });
+    const backend = new SqliteBackend({ database: file, namespace });
     // The first read opens the file and creates the table: a path that cannot be written fails here.
     await reachWithin("sqlite", `open ${file}`, timeoutMs, () => backend.get("oncely-registry-probe")).catch(
       async (error: unknown) => {
@@ -42,4 +41,4 @@ export const sqlite: BackendDeclaration = {
     );
     return { backend, label: `SQLite ${file}`, close: () => backend.close().catch(() => {}) };
   },
-};
+});
