@@ -2,7 +2,9 @@
 // Checks that package.json `exports` and the build's entry points (the first config of
 // tsup.config.ts) agree: every subpath is built from an entry, every library entry is exported,
 // and each export names the files that entry produces (ESM + CJS, each with its types). When dist/
-// exists it also checks that every file an export names was built. Run by `npm run check:package`.
+// exists it also checks that every file an export names was built. `typesVersions` (how TypeScript's
+// `moduleResolution: node` finds a subpath's types) must map every exported subpath, and nothing
+// else, to its export's require types. Run by `npm run check:package`.
 //
 // It also checks the backends against their one list, src/backends/declarations.ts: every declared
 // backend is built and exported as oncely/<name>, its driver packages are optional peer
@@ -112,6 +114,34 @@ for (const name of entries.keys()) {
       `tsup.config.ts builds entry "${name}" but package.json exports no "${subpathOf(name)}": add it ` +
         `(same shape as "./redis"), or remove the entry`,
     );
+  }
+}
+
+// TypeScript's `moduleResolution: node` (node10) reads no `exports`: it finds a subpath's types
+// through `typesVersions`, which must map each exported subpath to that export's require types.
+const typesMap = pkg.typesVersions?.["*"];
+if (typesMap === undefined || Object.keys(pkg.typesVersions).length !== 1) {
+  problems.push(
+    `package.json typesVersions must be { "*": { "<subpath>": ["./dist/<subpath>.d.cts"], … } } ` +
+      `(moduleResolution node10 resolves subpath types only through it)`,
+  );
+} else {
+  for (const subpath of Object.keys(exportsMap)) {
+    if (subpath === "." || subpath === "./package.json") continue;
+    const name = subpath.slice(2);
+    const want = exportsMap[subpath]?.require?.types;
+    const got = typesMap[name];
+    if (!Array.isArray(got) || got.length !== 1 || got[0] !== want) {
+      problems.push(
+        `package.json typesVersions["*"]["${name}"] is ${JSON.stringify(got)}, but exports "${subpath}" ` +
+          `has the require types ${JSON.stringify(want)}: map it to [${JSON.stringify(want)}]`,
+      );
+    }
+  }
+  for (const name of Object.keys(typesMap)) {
+    if (!(`./${name}` in exportsMap) || name === "package.json") {
+      problems.push(`package.json typesVersions["*"] maps "${name}", which package.json does not export`);
+    }
   }
 }
 

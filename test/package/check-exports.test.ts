@@ -48,6 +48,26 @@ describe("scripts/check-exports.mjs (run by npm run check:package)", () => {
     );
   });
 
+  it("names a subpath typesVersions (moduleResolution node10) misses, maps wrongly or maps without an export", () => {
+    const at = mkdtempSync(join(dir, "types-versions-"));
+    const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
+    delete pkg.typesVersions["*"].redis;
+    pkg.typesVersions["*"].sqlite = ["./dist/sqlite.d.ts"];
+    pkg.typesVersions["*"].ghost = ["./dist/ghost.d.cts"];
+    writeFileSync(join(at, "package.json"), JSON.stringify(pkg, null, 2));
+    copyFileSync(join(root, "tsup.config.ts"), join(at, "tsup.config.ts"));
+    const { code, out } = check(at);
+    expect(code).toBe(1);
+    expect(out).toContain(
+      'package.json typesVersions["*"]["redis"] is undefined, but exports "./redis" has the require types "./dist/redis.d.cts"',
+    );
+    expect(out).toContain('typesVersions["*"]["sqlite"] is ["./dist/sqlite.d.ts"]');
+    expect(out).toContain('package.json typesVersions["*"] maps "ghost", which package.json does not export');
+    delete pkg.typesVersions;
+    writeFileSync(join(at, "package.json"), JSON.stringify(pkg, null, 2));
+    expect(check(at).out).toContain("package.json typesVersions must be");
+  });
+
   it("names a declared backend's driver that package.json lacks as an optional peer", () => {
     const at = mkdtempSync(join(dir, "peers-"));
     const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
