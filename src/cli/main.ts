@@ -3,6 +3,7 @@
  * is the hidden entry the demo forks its worker processes with.
  */
 import { fileURLToPath } from "node:url";
+import { ConfigurationError } from "../core/errors.js";
 import { checkBackendUrl, describeBackends } from "../registry/index.js";
 import { type KeyBy, runWorker } from "../testing/storm/index.js";
 import {
@@ -13,10 +14,11 @@ import {
   requiredOption,
   UsageError,
 } from "./args.js";
-import { runDoctor } from "./commands/doctor.js";
-import { runInspect } from "./commands/inspect.js";
-import { runMigrate } from "./commands/migrate.js";
-import { runPurge } from "./commands/purge.js";
+import { StepError } from "./commands/common.js";
+import { DOCTOR_USAGE, runDoctor } from "./commands/doctor.js";
+import { INSPECT_USAGE, runInspect } from "./commands/inspect.js";
+import { MIGRATE_USAGE, runMigrate } from "./commands/migrate.js";
+import { PURGE_USAGE, runPurge } from "./commands/purge.js";
 import { runDemo } from "./demo/run-demo.js";
 import { visible } from "./printable.js";
 
@@ -57,6 +59,30 @@ ${describeBackends()
   .join("\n")}
 `;
 
+/**
+ * What a usage error prints after its message: the command's usage line and where its help is (not
+ * the whole help).
+ */
+const USAGE_LINES: Readonly<Record<string, string>> = {
+  inspect: firstLine(INSPECT_USAGE),
+  purge: firstLine(PURGE_USAGE),
+  migrate: firstLine(MIGRATE_USAGE),
+  doctor: firstLine(DOCTOR_USAGE),
+  demo: "Usage: oncely demo [--messages N] [--workers N] [--seed N] [--lease-ms N] [--backend URL] [--key K] [--keep]",
+};
+
+function firstLine(text: string): string {
+  return text.slice(0, text.indexOf("\n"));
+}
+
+/** The lines after a usage error's message: one usage line and the help hint. */
+function usageHint(command: string | undefined): string {
+  if (command !== undefined && command in USAGE_LINES) {
+    return `${USAGE_LINES[command]}\nSee "oncely ${command} --help".\n`;
+  }
+  return `${firstLine(USAGE)}\nSee "oncely --help" for the commands.\n`;
+}
+
 function keyOption(options: ParsedOptions): KeyBy {
   const raw = options.get("key") ?? "orderId";
   if (raw !== "orderId" && raw !== "messageId") {
@@ -67,9 +93,10 @@ function keyOption(options: ParsedOptions): KeyBy {
 
 async function main(argv: readonly string[]): Promise<number> {
   const [command, ...rest] = argv;
-  if (command === undefined || command === "--help" || command === "-h" || command === "help") {
+  if (command === undefined) throw new UsageError("no command given");
+  if (command === "--help" || command === "-h" || command === "help") {
     process.stdout.write(USAGE);
-    return command === undefined ? 2 : 0;
+    return 0;
   }
   if (command === "demo") {
     const { options, help } = parseCommandLine(
@@ -133,20 +160,27 @@ async function main(argv: readonly string[]): Promise<number> {
   throw new UsageError(`unknown command ${JSON.stringify(command)}`);
 }
 
-main(process.argv.slice(2)).then(
+const argv = process.argv.slice(2);
+// The command a usage error's hint is about (a known one; "oncely --help" otherwise).
+const commandName = argv[0] !== undefined && argv[0] in USAGE_LINES ? argv[0] : undefined;
+main(argv).then(
   (code) => {
     // A worker keeps running on its IPC channel; every other command ends here.
     if (code >= 0) process.exitCode = code;
   },
   (error: unknown) => {
     // Messages may quote a key, a stored value or a store's own words: control characters escaped.
+    const prefix = commandName === undefined ? "oncely" : `oncely ${commandName}`;
     if (error instanceof UsageError) {
-      process.stderr.write(`oncely: ${visible(error.message)}\n\n${USAGE}`);
+      process.stderr.write(`${prefix}: ${visible(error.message)}\n${usageHint(commandName)}`);
       process.exitCode = 2;
       return;
     }
     const message = visible(error instanceof Error ? error.message : String(error));
-    process.stderr.write(`${message.startsWith("[oncely]") ? message : `oncely: ${message}`}\n`);
-    process.exitCode = 1;
+    process.stderr.write(`${prefix}: ${message}\n`);
+    // A store that cannot be opened as configured (a missing driver, an invalid option) is the
+    // command line's problem: 2, like a usage error. A store that fails is 1.
+    process.exitCode =
+      error instanceof StepError ? error.exitCode : error instanceof ConfigurationError ? 2 : 1;
   },
 );

@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -10,6 +10,22 @@ const dir = mkdtempSync(join(tmpdir(), "oncely-pack-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 const node = (file: string) => execFileSync(process.execPath, [file], { cwd: dir, encoding: "utf8" });
+let tarball = "";
+
+/** Runs the installed package's bin through npx in `cwd`: exit code, stdout, stderr. */
+function npx(cwd: string, args: string[]): { code: number; stdout: string; stderr: string } {
+  try {
+    const stdout = execFileSync("npx", ["--no", "oncely", ...args], {
+      cwd,
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    return { code: 0, stdout, stderr: "" };
+  } catch (error) {
+    const e = error as { status: number; stdout: string; stderr: string };
+    return { code: e.status, stdout: e.stdout, stderr: e.stderr };
+  }
+}
 
 const script = (load: string) => `
 ${load}
@@ -47,11 +63,12 @@ const KIT = {
 
 describe("the packed package, installed in an empty project", () => {
   beforeAll(() => {
-    const packed = execFileSync("npm", ["pack", "--silent", "--pack-destination", dir], {
+    // --ignore-scripts: the test packs the dist/ this run built (prepack would build it again)
+    const packed = execFileSync("npm", ["pack", "--silent", "--ignore-scripts", "--pack-destination", dir], {
       cwd: root,
       encoding: "utf8",
     });
-    const tarball = packed.trim().split("\n").pop() as string;
+    tarball = packed.trim().split("\n").pop() as string;
     writeFileSync(join(dir, "package.json"), JSON.stringify({ name: "consumer", private: true }));
     execFileSync("npm", ["install", "--no-audit", "--no-fund", "--offline", join(dir, tarball)], {
       cwd: dir,
@@ -110,5 +127,38 @@ const { planClaim, storageError, validateKey } = require("oncely/backend-kit");`
       `require("oncely"); console.log(JSON.stringify(Object.keys(require.cache).filter((p) => /better-sqlite3|ioredis|node_modules\\/redis/.test(p))));`,
     );
     expect(JSON.parse(node("drivers.cjs"))).toEqual([]);
+  });
+});
+
+describe("the installed package's bin: npx oncely", () => {
+  it("runs the demo where better-sqlite3 is installed beside it", () => {
+    const app = join(dir, "demo-app");
+    mkdirSync(app);
+    writeFileSync(join(app, "package.json"), JSON.stringify({ name: "demo-app", private: true }));
+    execFileSync("npm", ["install", "--no-audit", "--no-fund", "--offline", join(dir, tarball)], {
+      cwd: app,
+      stdio: "ignore",
+    });
+    // better-sqlite3 compiles or downloads a native binary on install: this repository's copy is used
+    // (npm i oncely better-sqlite3@12 in an application)
+    symlinkSync(
+      join(root, "node_modules", "better-sqlite3"),
+      join(app, "node_modules", "better-sqlite3"),
+      "dir",
+    );
+    const help = npx(app, ["demo", "--help"]);
+    expect([help.code, help.stdout]).toEqual([0, expect.stringMatching(/^Usage: oncely <command>/)]);
+    const run = npx(app, ["demo", "--messages", "20", "--workers", "2"]);
+    expect(run.stderr).toBe("");
+    expect(run.stdout).toMatch(/^oncely demo: Pub\/Sub push storm — 20 orders/);
+    expect(run.stdout).toMatch(/\| side effects \(keyed sink\) +\| +20 \|/);
+    expect(run.stdout).toMatch(/^verdict: PASS/m);
+    expect(run.code).toBe(0);
+  }, 120_000);
+
+  it("a store command without its driver exits 2 and names the package to install", () => {
+    const missing = npx(dir, ["inspect", "k", "--backend", `sqlite:${join(dir, "none.sqlite")}`]);
+    expect(missing.stderr).toMatch(/better-sqlite3 \(npm i better-sqlite3\)/);
+    expect(missing.code).toBe(2);
   });
 });

@@ -13,8 +13,11 @@ import { checkConfiguration, type DoctorInput } from "./doctor-rules.js";
 
 export const DOCTOR_USAGE = `Usage: oncely doctor [options]
 
-Checks a configuration against oncely's invariants and says what to change. Exit code 1 when a
-rule is broken, 0 otherwise. Durations in milliseconds.
+Checks a configuration against oncely's invariants and says what to change. Give the settings
+you use (at least one rule must have something to check: --longest-work-ms, --holder-max-ms,
+--retention-ms, --ack-deadline-ms, --max-delivery-attempts or --subscription). Exit code 1 when a
+rule is broken, 0 when all hold, 2 for a usage error (nothing to check among them). Durations in
+milliseconds. Only reads: a subscription's settings, never a store.
 
 Options:
   --lease-ms N               the guard's lease                          [default: ${DEFAULT_LEASE_MS}]
@@ -151,6 +154,12 @@ export async function runDoctor(args: readonly string[], out: Output): Promise<n
     maxBackoffMs: optional(options, "max-backoff-ms") ?? read.maxBackoffMs,
   };
   const findings = checkConfiguration(input);
+  if (findings.length === 0) {
+    throw new UsageError(
+      "nothing to check: pass the settings you use (--longest-work-ms, --holder-max-ms, --retention-ms, " +
+        "--ack-deadline-ms, --max-delivery-attempts, or --subscription to read them)",
+    );
+  }
   const broken = findings.filter((f) => !f.ok).length;
   if (options.get("json") === true) {
     out.write(
@@ -165,8 +174,6 @@ export async function runDoctor(args: readonly string[], out: Output): Promise<n
         `backoff ${read.minBackoffMs ?? 0}…${read.maxBackoffMs ?? 0} ms\n`,
     );
   }
-  if (findings.length === 0)
-    out.write("nothing to check: pass the durations and limits you use (see --help)\n");
   for (const finding of findings)
     out.write(`${finding.ok ? "ok  " : "FIX "} ${finding.rule}: ${finding.message}\n`);
   out.write(broken > 0 ? `${broken} rule(s) broken\n` : "all rules hold\n");

@@ -17,7 +17,7 @@ import { scopedKey } from "../../http/scope.js";
 import { decodeStoredResponse } from "../../http/stored-response.js";
 import { parseCommandLine, UsageError } from "../args.js";
 import { quoted, safeJson, visible } from "../printable.js";
-import { backendLines, duration, type Output, openFromOptions } from "./common.js";
+import { backendLines, duration, type Output, openFromOptions, step } from "./common.js";
 
 export const INSPECT_USAGE = `Usage: oncely inspect <key> --backend URL [--namespace NS] [--json]
        oncely inspect --backend URL [options] -- <key>
@@ -25,8 +25,10 @@ export const INSPECT_USAGE = `Usage: oncely inspect <key> --backend URL [--names
        oncely inspect --http-key K [--scope S] [--method POST] [--path /orders] --backend URL
 
 Shows the record stored under <key>: state, fence, lease time left, expiry, fingerprint, and the
-stored result's size and type. Exit code 0 when a record exists, 3 when the key has none. The key
-and the fingerprint are shown as JSON strings, control characters escaped (\\u001b, \\n, …).
+stored result's size and type. Read-only: it creates no table or file and migrates nothing. Exit
+code 0 when a record exists, 3 when the key has none, 1 when the store cannot be reached or read, 2
+for a usage error or a missing driver. The key and the fingerprint are shown as JSON strings, control
+characters escaped (\\u001b, \\n, …).
 
 Options:
   --backend URL    the store (one of the URLs below)
@@ -138,9 +140,9 @@ export async function runInspect(args: readonly string[], out: Output): Promise<
   } catch (error) {
     throw new UsageError(error instanceof Error ? error.message.replace(/^\[oncely\] /, "") : String(error));
   }
-  const opened = await openFromOptions(options);
+  const opened = await openFromOptions(options, "read");
   try {
-    const record = await opened.backend.get(key);
+    const record = await step("read", visible(opened.label), () => opened.backend.get(key));
     const json = options.get("json") === true;
     if (record === undefined) {
       out.write(

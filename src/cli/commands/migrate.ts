@@ -6,7 +6,7 @@ import { ConfigurationError } from "../../core/errors.js";
 import type { Backend } from "../../core/types.js";
 import { parseCommandLine } from "../args.js";
 import { visible } from "../printable.js";
-import { backendLines, type Output, openFromOptions } from "./common.js";
+import { backendLines, type Output, openFromOptions, step } from "./common.js";
 
 export const MIGRATE_USAGE = `Usage: oncely migrate --backend URL
 
@@ -32,7 +32,7 @@ export async function runMigrate(args: readonly string[], out: Output): Promise<
     out.write(MIGRATE_USAGE);
     return 0;
   }
-  const opened = await openFromOptions(options, { migrate: false });
+  const opened = await openFromOptions(options, "migrate");
   const label = visible(opened.label);
   try {
     const { backend } = opened;
@@ -41,20 +41,24 @@ export async function runMigrate(args: readonly string[], out: Output): Promise<
       return 0;
     }
     if (backend.name === "sqlite") {
-      await backend.migrate();
+      await step("migrate", label, () => backend.migrate());
       out.write(`${label}: SQLite creates or upgrades its schema when it opens; the schema is current\n`);
       return 0;
     }
     // A read tells a current schema from a missing or old one (the SQL stores refuse to guess).
     let before: "current" | "missing or old" = "current";
-    try {
+    await step("read", label, async () => {
+      try {
+        await backend.get("oncely-migrate-probe");
+      } catch (error) {
+        if (!(error instanceof ConfigurationError)) throw error;
+        before = "missing or old";
+      }
+    });
+    await step("migrate", label, async () => {
+      await backend.migrate();
       await backend.get("oncely-migrate-probe");
-    } catch (error) {
-      if (!(error instanceof ConfigurationError)) throw error;
-      before = "missing or old";
-    }
-    await backend.migrate();
-    await backend.get("oncely-migrate-probe");
+    });
     out.write(
       before === "current"
         ? `${label}: the schema was already current; nothing changed\n`

@@ -5,12 +5,13 @@
  */
 import { parseCommandLine, UsageError } from "../args.js";
 import { visible } from "../printable.js";
-import { backendLines, type Output, openFromOptions } from "./common.js";
+import { backendLines, type Output, openFromOptions, step } from "./common.js";
 
 export const PURGE_USAGE = `Usage: oncely purge --backend URL [--dry-run]
 
 Deletes expired records, in bounded batches, printing progress. Stores with native expiry (Redis,
 DynamoDB TTL, Datastore/Firestore TTL policies) delete them by themselves; for those, purge says so.
+--dry-run only reads: it creates no table or file and migrates nothing.
 
 Options:
   --backend URL    the store (one of the URLs below)
@@ -27,17 +28,19 @@ export async function runPurge(args: readonly string[], out: Output): Promise<nu
     out.write(PURGE_USAGE);
     return 0;
   }
-  const opened = await openFromOptions(options);
+  const dryRun = options.get("dry-run") === true;
+  const opened = await openFromOptions(options, dryRun ? "read" : "write");
   const label = visible(opened.label);
   try {
     const { backend } = opened;
-    if (options.get("dry-run") === true) {
+    if (dryRun) {
       if (backend.countExpired === undefined) {
         throw new UsageError(
           `${backend.name} cannot count expired records; --dry-run is not available for it`,
         );
       }
-      const count = await backend.countExpired();
+      const countExpired = backend.countExpired.bind(backend);
+      const count = await step("read", label, () => countExpired());
       out.write(`${count} expired record(s) in ${label} would be deleted\n`);
       return 0;
     }
@@ -47,12 +50,15 @@ export async function runPurge(args: readonly string[], out: Output): Promise<nu
     }
     const started = Date.now();
     let reported = 0;
-    const total = await backend.purgeExpired({
-      onBatch: (deleted, soFar) => {
-        reported = soFar;
-        out.write(`  … deleted ${deleted} (${soFar} so far)\n`);
-      },
-    });
+    const purge = backend.purgeExpired.bind(backend);
+    const total = await step("purge", label, () =>
+      purge({
+        onBatch: (deleted, soFar) => {
+          reported = soFar;
+          out.write(`  … deleted ${deleted} (${soFar} so far)\n`);
+        },
+      }),
+    );
     if (total !== reported && reported > 0) out.write(`  … ${total} in all\n`);
     out.write(`deleted ${total} expired record(s) from ${label} in ${Date.now() - started} ms\n`);
     return 0;
