@@ -125,12 +125,12 @@ export class HttpGuard<R> {
   readonly #maxRequestBytes: number;
   readonly #maxResponseBytes: number;
   /**
-   * The response `commit` accepted and the stored bytes it prepared, handed to the codec when the
-   * guard completes the key. One slot, not a map keyed by response: the core calls the codec in the
-   * same synchronous step as `commit` (nothing runs between them), and a `WeakMap` entry per request
-   * costs an ephemeron write barrier and work in every young-generation collection.
+   * The stored bytes `commit` prepared for each response it accepted, handed to the codec when the
+   * guard completes that response's key (and dropped there). Keyed by the response, so each request's
+   * bytes reach its own record whatever runs between `commit` and the codec (no reliance on the core
+   * calling them in one synchronous step); an entry the codec never takes goes with its response.
    */
-  #prepared: { readonly captured: CapturedResponse; readonly bytes: Uint8Array } | undefined;
+  readonly #prepared = new WeakMap<CapturedResponse, Uint8Array>();
   /**
    * The captures `commit` refused although their status is stored, and why, until `execute` says so
    * (header, warning, event). Written only on that rare path, so the hot path pays nothing for it.
@@ -177,12 +177,10 @@ export class HttpGuard<R> {
     this.#options = options;
     const codec: ResultCodec<CapturedResponse> = {
       encode: (captured) => {
-        const prepared = this.#prepared;
-        this.#prepared = undefined;
-        if (prepared?.captured !== captured) {
-          throw new TypeError("only a response accepted by commit is stored");
-        }
-        return prepared.bytes;
+        const bytes = this.#prepared.get(captured);
+        if (bytes === undefined) throw new TypeError("only a response accepted by commit is stored");
+        this.#prepared.delete(captured);
+        return bytes;
       },
       decode: (bytes) => ({ kind: "buffered", response: decodeStoredResponse(bytes) }),
     };
@@ -374,7 +372,7 @@ export class HttpGuard<R> {
         detail: `its stored headers take ${headerBytes} bytes, over the ${MAX_STORED_HEADER_BYTES}-byte limit`,
       });
     }
-    this.#prepared = { captured, bytes };
+    this.#prepared.set(captured, bytes);
     return true;
   }
 

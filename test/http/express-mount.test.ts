@@ -4,7 +4,7 @@
  * parsed body.
  */
 import { randomUUID } from "node:crypto";
-import { createServer, type Server, ServerResponse } from "node:http";
+import { createServer, IncomingMessage, OutgoingMessage, type Server, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import express from "express";
 import express4 from "express4";
@@ -247,25 +247,56 @@ describe("Express: a route in a mounted sub-app", () => {
   }
 });
 
+/** Where Node defines the four methods a capture intercepts, and what they are, before any test ran. */
+const NODE_METHODS = new Map(
+  (["writeHead", "write", "end", "flushHeaders"] as const).map((name) => {
+    let owner: object = ServerResponse.prototype;
+    while (!Object.hasOwn(owner, name)) owner = Object.getPrototypeOf(owner) as object;
+    return [name, [owner, (owner as Record<string, unknown>)[name]]] as const;
+  }),
+);
+
 describe("Express: where the capture intercepts", () => {
-  // Each property stored on an Express response builds a hidden class of its own (Express re-parents
-  // every response), so the capture intercepts on Express's shared response prototype instead, once
-  // it has seen a request through it: later responses carry no interceptor of their own.
+  // Per response, on the instance (SPEC §11): no prototype that other apps, other middleware or other
+  // copies of oncely share is modified, however many guarded requests went through.
+  /** Every property descriptor of each prototype in `res`'s chain and of the given objects. */
+  function descriptors(objects: readonly object[]): Array<[object, Record<string, PropertyDescriptor>]> {
+    return objects.map((object) => [object, { ...Object.getOwnPropertyDescriptors(object) }]);
+  }
+  function chain(object: object): object[] {
+    const out: object[] = [];
+    for (let proto = Object.getPrototypeOf(object); proto !== null; proto = Object.getPrototypeOf(proto)) {
+      out.push(proto);
+    }
+    return out;
+  }
+
   for (const factory of [express, express4] as const) {
-    it(`puts nothing on the responses after the first (${factory === express ? "Express 5" : "Express 4"})`, async () => {
+    it(`modifies no prototype of Express or node:http (${factory === express ? "Express 5" : "Express 4"})`, async () => {
       const app = factory();
-      const own: boolean[] = [];
       let runs = 0;
+      let prototypes: object[] = [];
       app.use(factory.json());
       app.use(idempotency({ backend: new MemoryBackend(), logger: silentLogger }));
-      app.post("/orders", (_req, res) => {
+      app.post("/orders", (req, res) => {
         runs++;
-        own.push(["writeHead", "write", "end", "flushHeaders"].some((name) => Object.hasOwn(res, name)));
+        if (prototypes.length === 0) prototypes = [...chain(res), ...chain(req)];
         res.status(201).json({ run: runs });
       });
-      app.get("/orders", (_req, res) => {
-        res.status(200).json({ listed: true });
+      app.post("/streams", (_req, res) => {
+        res.write("par");
+        res.end("tial");
       });
+      // Taken before the first guarded request: Express's own prototypes, per app and shared.
+      const before = descriptors([
+        app.response,
+        app.request,
+        factory.response,
+        factory.request,
+        ServerResponse.prototype,
+        OutgoingMessage.prototype,
+        IncomingMessage.prototype,
+      ]);
       const url = await listen(app, "/orders");
       for (let i = 1; i <= 3; i++) {
         const post = keyedPost(url);
@@ -276,14 +307,28 @@ describe("Express: where the capture intercepts", () => {
         expect(again.headers.get("idempotent-replayed")).toBe("true");
         expect(await again.json()).toEqual({ run: i });
       }
-      expect(own.slice(1)).toEqual([false, false]);
-      // A response nobody captures goes through the patched prototype as it would without it.
-      const listed = await fetch(url);
-      expect([listed.status, await listed.json()]).toEqual([200, { listed: true }]);
+      const streamed = await keyedPost(url.replace("/orders", "/streams"))();
+      expect([streamed.headers.get("idempotency-bypass"), await streamed.text()]).toEqual([
+        "streamed",
+        "partial",
+      ]);
+      expect(prototypes).toContain(ServerResponse.prototype);
+      for (const [object, was] of before) expect(Object.getOwnPropertyDescriptors(object)).toEqual(was);
+      // and every prototype a guarded request's response and request were built on
+      for (const proto of prototypes) {
+        const now = Object.getOwnPropertyDescriptors(proto);
+        const found = before.find(([object]) => object === proto);
+        if (found !== undefined) expect(now).toEqual(found[1]);
+        // Node's own methods where Node defines them (read when this file loaded), and nowhere else.
+        for (const [name, [owner, method]] of NODE_METHODS) {
+          expect(now[name]?.value).toBe(proto === owner ? method : undefined);
+        }
+      }
+      expect(runs).toBe(3);
     });
   }
 
-  it("leaves the responses of an app without the middleware as they were (it shares the patched prototype)", async () => {
+  it("leaves the responses of an app without the middleware as they were", async () => {
     const other = express();
     other.use(express.json());
     other.post("/plain", (_req, res) => {

@@ -13,21 +13,17 @@
  * key released). Before, such a response never settled: the heartbeat renewed the lease for the life
  * of the process and every retry got 409.
  *
- * Where the four methods are intercepted:
- * - **On the prototype the framework gives its responses** (Express: the object between each app's
- *   `app.response` and `http.ServerResponse.prototype`, shared by every app of that Express copy).
- *   It is patched once, on the first guarded request that reaches it: each method looks its response
- *   up in a `WeakMap` of captures and, for a response nobody captures, calls the method it replaced.
- *   Express re-parents every response onto its app's prototype, so no two responses share a hidden
- *   class and each property stored on one builds a new one (about 3.5 µs each, measured on Express 5
- *   responses): four interceptors stored per request cost more than the rest of the guard.
- * - **On the instance**, as own properties: for responses whose prototype is
- *   `http.ServerResponse.prototype` itself (no framework prototype to patch), on the first request of
- *   each prototype (a middleware earlier in that request may have kept a reference to the unpatched
- *   method), and when an earlier middleware already wrapped one of the methods on the instance
- *   (compression, `on-headers`), so that its wrapper is called as before.
+ * The four methods are intercepted per response, as own properties of that response (the public,
+ * documented way `compression` and `on-headers` wrap a response too); no prototype is modified, so
+ * other apps of the same Express copy, responses nobody guards, and other packages that patch
+ * prototypes (APM agents, OpenTelemetry's HTTP instrumentation) see Node's and Express's methods as
+ * they were (SPEC §11). A middleware that wrapped a method on the instance before (compression,
+ * `on-headers`) is called through as before: its wrapper is the method the capture calls on. The
+ * price: Express re-parents every response onto its app's prototype, so no two responses share a
+ * hidden class and each of the four stores builds one (a few µs per guarded request; see
+ * docs/http.md, "Per framework").
  */
-import { type OutgoingHttpHeader, type OutgoingHttpHeaders, ServerResponse } from "node:http";
+import type { OutgoingHttpHeader, OutgoingHttpHeaders, ServerResponse } from "node:http";
 import { BYPASS_HEADER, type BypassReason, type CapturedResponse } from "../../http/http-guard.js";
 import type { StoredResponse } from "../../http/stored-response.js";
 
@@ -38,75 +34,11 @@ const INTERCEPTED = ["writeHead", "write", "end", "flushHeaders"] as const;
 type Intercepted = (typeof INTERCEPTED)[number];
 type Originals = Pick<ServerResponse, Intercepted>;
 
-/** The capture of each response held through a patched prototype. */
-const captures = new WeakMap<object, ResponseCapture>();
-/** Per framework prototype patched by this copy of oncely: the methods its interceptors replaced. */
-const patchedTargets = new WeakMap<object, Originals>();
-/**
- * Per response prototype seen (Express: each `app.response`): the originals of the prototype patched
- * for it, or `null` when its responses are intercepted on the instance.
- */
-const byPrototype = new WeakMap<object, Originals | null>();
-
-/**
- * The originals to call through when `res` can be intercepted on its framework's patched prototype,
- * else `undefined` (intercept on the instance). Patches that prototype on first sight.
- */
-function prototypeOriginals(res: ServerResponse): Originals | undefined {
-  const proto = Object.getPrototypeOf(res) as object | null;
-  if (proto === null) return undefined;
-  let originals = byPrototype.get(proto);
-  if (originals === undefined) {
-    const target = frameworkPrototype(proto);
-    originals = target === undefined ? null : (patchedTargets.get(target) ?? null);
-    byPrototype.set(proto, originals);
-    if (target !== undefined && originals === null) {
-      byPrototype.set(proto, patchPrototype(target));
-      // This request may already hold a reference to an unpatched method: intercept it on the instance.
-      return undefined;
-    }
-  }
-  if (originals === null) return undefined;
-  const own = res as unknown as object;
-  for (const name of INTERCEPTED) if (Object.hasOwn(own, name)) return undefined;
-  return originals;
-}
-
-/** The object just above `http.ServerResponse.prototype` in the chain from `proto` (never that one). */
-function frameworkPrototype(proto: object): object | undefined {
-  let current: object | null = proto;
-  for (let depth = 0; current !== null && depth < 16; depth++) {
-    if (current === ServerResponse.prototype) return undefined;
-    const parent = Object.getPrototypeOf(current) as object | null;
-    if (parent === ServerResponse.prototype) return current;
-    current = parent;
-  }
-  return undefined;
-}
-
-function patchPrototype(target: object): Originals {
-  const methods = target as unknown as Record<Intercepted, (...args: unknown[]) => unknown>;
-  const originals = {} as Record<Intercepted, (...args: unknown[]) => unknown>;
-  for (const name of INTERCEPTED) {
-    const next = methods[name];
-    originals[name] = next;
-    Object.defineProperty(target, name, {
-      configurable: true,
-      writable: true,
-      enumerable: false,
-      value: ResponseCapture.interceptor(name, next),
-    });
-  }
-  const frozen = originals as unknown as Originals;
-  patchedTargets.set(target, frozen);
-  return frozen;
-}
-
 /** One response's capture. `start()` intercepts; exactly one of `release()`/`passed` ends it. */
 export class ResponseCapture {
   readonly #res: ServerResponse;
   readonly #maxBytes: number;
-  #original: Originals;
+  readonly #original: Originals;
   readonly #chunks: Buffer[] = [];
   #size = 0;
   #state: "idle" | "holding" | "held" | "passing" | "released" = "idle";
@@ -119,7 +51,7 @@ export class ResponseCapture {
   #grace: NodeJS.Timeout | undefined;
   #onEnd: Callback | undefined;
   /** What `start` put on the response, to tell them from a later middleware's wrappers. */
-  #interceptors: Record<(typeof INTERCEPTED)[number], unknown> | undefined;
+  #interceptors: Originals | undefined;
   #settle: (captured: CapturedResponse) => void = () => {};
   #held: CapturedResponse | undefined;
   /** Resolves when the handler's response is complete: held whole, or sent through. */
@@ -152,34 +84,6 @@ export class ResponseCapture {
     return this.#held;
   }
 
-  /**
-   * A patched prototype's method `name`: the capture of the response it is called on handles it,
-   * or, for a response nobody captures, `next` (the method it replaced) does.
-   */
-  static interceptor(
-    name: Intercepted,
-    next: (...args: unknown[]) => unknown,
-  ): (this: ServerResponse, ...args: unknown[]) => unknown {
-    return function intercepted(this: ServerResponse, ...args: unknown[]): unknown {
-      const capture = captures.get(this);
-      if (capture === undefined) return next.apply(this, args);
-      switch (name) {
-        case "writeHead":
-          return capture.#writeHead(args);
-        case "write":
-          return capture.#write(args[0] as Chunk, args[1] as BufferEncoding | Callback, args[2] as Callback);
-        case "end":
-          return capture.#end(
-            args[0] as Chunk | Callback,
-            args[1] as BufferEncoding | Callback,
-            args[2] as Callback,
-          );
-        case "flushHeaders":
-          return capture.#flushHeaders();
-      }
-    };
-  }
-
   /** Starts intercepting the response's writes, and listening for the response's end however it comes. */
   start(): void {
     if (this.#state !== "idle") return;
@@ -188,23 +92,20 @@ export class ResponseCapture {
     // Closed already (the client left while the key was claimed): no `close` event will come.
     if (res.destroyed) this.#onClose();
     else res.on("close", this.#onClose);
-    const originals = prototypeOriginals(this.#res);
-    if (originals !== undefined) {
-      this.#original = originals;
-      captures.set(this.#res, this);
-      return;
-    }
-    const own = res as unknown as Record<string, unknown>;
-    const interceptors = {
-      writeHead: (...args: unknown[]) => this.#writeHead(args),
-      write: (chunk: Chunk, encoding?: BufferEncoding | Callback, callback?: Callback) =>
-        this.#write(chunk, encoding, callback),
-      end: (chunk?: Chunk | Callback, encoding?: BufferEncoding | Callback, callback?: Callback) =>
-        this.#end(chunk, encoding, callback),
+    const interceptors: Originals = {
+      writeHead: ((...args: unknown[]) => this.#writeHead(args)) as Originals["writeHead"],
+      write: ((chunk: Chunk, encoding?: BufferEncoding | Callback, callback?: Callback) =>
+        this.#write(chunk, encoding, callback)) as Originals["write"],
+      end: ((chunk?: Chunk | Callback, encoding?: BufferEncoding | Callback, callback?: Callback) =>
+        this.#end(chunk, encoding, callback)) as Originals["end"],
       flushHeaders: () => this.#flushHeaders(),
     };
     this.#interceptors = interceptors;
-    for (const name of INTERCEPTED) own[name] = interceptors[name];
+    // Own properties of this response only, stored by name (no loop over names: a keyed store).
+    res.writeHead = interceptors.writeHead;
+    res.write = interceptors.write;
+    res.end = interceptors.end;
+    res.flushHeaders = interceptors.flushHeaders;
   }
 
   /**
@@ -256,7 +157,7 @@ export class ResponseCapture {
     // dictionary-mode object for the rest of its life, and Node's HTTP internals read it often.
     // A method a later middleware wrapped over an interceptor (compression, `on-headers`) is left in
     // place: its wrapper calls the interceptor, which passes straight through once released.
-    // Nothing to put back when the prototype intercepts (or nothing was started): no own properties.
+    // Nothing to put back when nothing was started.
     const interceptors = this.#interceptors as Record<string, unknown> | undefined;
     if (interceptors === undefined) return;
     const res = this.#res as unknown as Record<string, unknown>;
@@ -377,12 +278,36 @@ export class ResponseCapture {
   }
 }
 
-/** Sends a stored or problem response on a Node response that nothing was written to. */
+/**
+ * Sends a stored or problem response on a Node response that nothing was written to. A header an
+ * earlier middleware already set on this response (Express's `X-Powered-By`, helmet's headers) is
+ * replaced by the stored one, never sent twice: the stored headers are the response (SPEC §6.5).
+ * `Content-Length` is set from the body.
+ */
 export function sendStored(res: ServerResponse, response: StoredResponse): void {
   res.statusCode = response.status;
-  for (const [name, value] of response.headers) appendHeader(res, name, value);
-  if (response.status === 204 || response.status === 304) res.end();
-  else res.end(Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength));
+  const { headers } = response;
+  for (let i = 0; i < headers.length; i++) {
+    const [name, value] = headers[i] as readonly [string, string];
+    if (seenBefore(headers, i, name)) appendHeader(res, name, value);
+    else res.setHeader(name, value);
+  }
+  if (response.status === 204 || response.status === 304) {
+    res.end();
+    return;
+  }
+  // Set here, not left to `end()`: a middleware that wrapped `end` (compression) sends the headers
+  // before Node would count the body (the replay went out chunked), and loggers (morgan) read it.
+  res.setHeader("content-length", response.body.byteLength);
+  res.end(Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength));
+}
+
+/** Whether a header named `name` (any case) comes before index `at` (a few headers: no set built). */
+function seenBefore(headers: ReadonlyArray<readonly [string, string]>, at: number, name: string): boolean {
+  const lower = name.toLowerCase();
+  for (let i = 0; i < at; i++)
+    if ((headers[i] as readonly [string, string])[0].toLowerCase() === lower) return true;
+  return false;
 }
 
 function appendHeader(res: ServerResponse, name: string, value: string): void {
