@@ -3,9 +3,10 @@
 // resolve through package.json "exports" to the declarations in dist/, and every other import
 // resolves from node_modules. A block preceded by the line `<!-- docs-check: skip -->` is left out
 // (a deliberately partial snippet). Exit 1, naming each block's file and line, when one fails.
+// `node scripts/check-docs-code.mjs <file.md>…` checks only the files named.
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { dirname, join, relative } from "node:path";
+import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -61,7 +62,24 @@ for (const [name, [file]] of Object.entries(paths)) {
   }
 }
 
-const sources = [join(root, "README.md"), ...markdownFiles(join(root, "docs"))];
+// The README's install table names every entry point of "exports" and every peer package.
+const readme = readFileSync(join(root, "README.md"), "utf8");
+const unnamed = [
+  ...Object.keys(pkg.exports)
+    .filter((subpath) => subpath !== "./package.json")
+    .map((subpath) => (subpath === "." ? pkg.name : `${pkg.name}/${subpath.slice(2)}`)),
+  ...Object.keys(pkg.peerDependencies ?? {}),
+].filter((name) => !readme.includes(`\`${name}\``));
+if (process.argv.length <= 2 && unnamed.length > 0) {
+  console.error(`check-docs-code: README.md's install table does not name ${unnamed.join(", ")}`);
+  process.exit(1);
+}
+
+// Arguments name the markdown files to check instead (a draft, one page).
+const sources =
+  process.argv.length > 2
+    ? process.argv.slice(2).map((file) => resolve(file))
+    : [join(root, "README.md"), ...markdownFiles(join(root, "docs"))];
 const work = join(root, "node_modules", ".cache", "oncely-docs-check");
 rmSync(work, { recursive: true, force: true });
 mkdirSync(work, { recursive: true });
