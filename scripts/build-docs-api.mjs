@@ -1,7 +1,7 @@
 // Generates the API reference of the documentation site (docs/api/, not committed) from the JSDoc of
 // the public entry points, one module per subpath of package.json "exports", named as a user imports it.
 import { execFileSync } from "node:child_process";
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -24,6 +24,25 @@ const sources = {
   "./rabbitmq": "src/brokers/rabbitmq/index.ts",
   "./nats": "src/brokers/nats/index.ts",
 };
+// Regenerated only when a source file, package.json or this script is newer than the last output.
+function newest(path) {
+  const stat = statSync(path);
+  if (!stat.isDirectory()) return stat.mtimeMs;
+  return Math.max(stat.mtimeMs, ...readdirSync(path).map((name) => newest(join(path, name))));
+}
+const stamp = join(out, ".generated");
+if (
+  existsSync(stamp) &&
+  statSync(stamp).mtimeMs >
+    Math.max(
+      newest(join(root, "src")),
+      newest(join(root, "package.json")),
+      newest(fileURLToPath(import.meta.url)),
+    )
+) {
+  console.log("api reference: up to date");
+  process.exit(0);
+}
 rmSync(work, { recursive: true, force: true });
 mkdirSync(work, { recursive: true });
 const entries = [];
@@ -86,3 +105,4 @@ execFileSync(
   ],
   { stdio: "inherit", cwd: root },
 );
+writeFileSync(stamp, "");
