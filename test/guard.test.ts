@@ -3,13 +3,7 @@
  * ending, waits, commit decisions, fail-open, scoped and unbreakable logging, bounded store calls.
  */
 import { describe, expect, it } from "vitest";
-import {
-  extendContext,
-  Guard,
-  type GuardConfig,
-  type GuardContext,
-  type SurfaceSpec,
-} from "../src/core/guard.js";
+import { extendContext, Guard, type SurfaceOptions, type SurfaceSpec } from "../src/core/guard.js";
 import {
   type Backend,
   ConfigurationError,
@@ -23,6 +17,7 @@ import {
   mutex,
   type OncelyEvent,
   StorageError,
+  type WorkContext,
 } from "../src/index.js";
 
 interface Subject {
@@ -50,7 +45,7 @@ function recordingLogger() {
 let counter = 0;
 const id = (name: string) => `${name}-${++counter}`;
 
-function guardOf<T>(config: Partial<GuardConfig<Subject, T>> = {}) {
+function guardOf<T>(config: Partial<SurfaceOptions<Subject, T>> = {}) {
   const backend = (config.backend as Backend | undefined) ?? new MemoryBackend();
   const { logger, lines } = recordingLogger();
   const events: OncelyEvent[] = [];
@@ -360,7 +355,7 @@ describe("the core guard: one outcome per ending", () => {
   });
 
   it("configuration errors are thrown at wrap time", () => {
-    const make = (config: unknown) => () => new Guard<Subject>(config as GuardConfig<Subject>, surface);
+    const make = (config: unknown) => () => new Guard<Subject>(config as SurfaceOptions<Subject>, surface);
     expect(make(undefined)).toThrow(ConfigurationError);
     expect(make({ backend: "redis" })).toThrow(/backend/);
     expect(make({ backend: new MemoryBackend(), mode: "queue" })).toThrow(/mode/);
@@ -521,12 +516,12 @@ describe("the contexts work receives", () => {
 
   it("extendContext adds the surface's fields and keeps signal lazy and shared", async () => {
     const { guard } = guardOf<unknown>();
-    const made: Array<GuardContext & { request: string }> = [];
+    const made: Array<WorkContext & { request: string }> = [];
     await guard.run({ id: id("ext") }, (context) => {
       made.push(extendContext(context, { request: "req", key: "not the base's" }));
       return 1;
     });
-    const extended = made[0] as GuardContext & { request: string };
+    const extended = made[0] as WorkContext & { request: string };
     expect(extended.request).toBe("req");
     expect(extended.key).toMatch(/^t:ext-/); // the base wins a name both have
     expect(extended.guarded).toBe(true);

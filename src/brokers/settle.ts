@@ -14,8 +14,9 @@
  * dead-letter path after `maxAttempts`, contention retries included (they count like failures).
  */
 import { ConfigurationError } from "../core/errors.js";
-import type { Guard, GuardConfig, GuardContext, GuardOutcome, SurfaceSpec } from "../core/guard.js";
+import type { Guard, GuardOutcome, SurfaceSpec } from "../core/guard.js";
 import type { ScopedLogger } from "../core/log.js";
+import type { SurfaceOptions, WorkContext } from "../core/options.js";
 
 /** How a body is decoded before the guard runs. */
 export type BodyDecoder = "json" | "raw" | ((body: Buffer) => unknown);
@@ -132,8 +133,13 @@ export function settle<T>(outcome: GuardOutcome<T>, attempt: number, retry: Reso
   return wanted;
 }
 
-/** Options both consumers take (each adds where its messages come from). */
-export interface BrokerOptions<S, T> extends Omit<GuardConfig<S, T>, "failOpen" | "key"> {
+/**
+ * Options both consumers take (each adds where its messages come from): every core option
+ * (`GuardOptions`: lease, ttl, heartbeat, `wait`, clock, store deadlines, logger, events) and the
+ * surface-guard choices (`mode`, `allowUnguarded`), plus the broker's own. `failOpen` is refused: the
+ * broker redelivers when the store is down.
+ */
+export interface BrokerOptions<S, T> extends Omit<SurfaceOptions<S, T>, "failOpen" | "key"> {
   /**
    * A business key replacing the surface's default key. Used verbatim. Returning `undefined` means
    * "no key": dead-lettered (RabbitMQ) or terminated (NATS) unless `allowUnguarded`.
@@ -211,7 +217,7 @@ export async function guardDelivery<S, T>(
   message: S,
   decoded: Decoded,
   attempt: number,
-  work: (context: GuardContext) => T | Promise<T>,
+  work: (context: WorkContext) => T | Promise<T>,
 ): Promise<Delivered<T>> {
   const { guard, surface } = delivery;
   if (!decoded.ok) {

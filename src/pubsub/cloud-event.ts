@@ -4,8 +4,9 @@
  * framework answers 500 (and logs a stack trace) for every throw — so contention, a refused key and
  * an unavailable store all become 500 there instead of 503/400. Pub/Sub redelivers either way.
  */
+import type { WorkContext } from "../core/options.js";
 import { MessageRejectedError } from "./errors.js";
-import { extendContext, type MessageContext, type PubSubGuardOptions, pubsubGuard } from "./guard.js";
+import { extendContext, type PubSubGuardOptions, pubsubGuard } from "./guard.js";
 import { decodeCloudEvent, type PubSubMessage } from "./message.js";
 
 /** The structural shape of a CloudEvent as the functions-framework delivers it. */
@@ -22,7 +23,7 @@ export interface CloudEventLike {
 }
 
 /** What a CloudEvent handler receives next to the message. */
-export interface CloudEventHandlerContext extends MessageContext {
+export interface CloudEventHandlerContext extends WorkContext {
   /** The CloudEvent as the framework delivered it. */
   readonly event: CloudEventLike;
 }

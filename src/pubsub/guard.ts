@@ -10,22 +10,28 @@ import {
   DISABLED_ENV,
   extendContext,
   Guard,
-  type GuardConfig,
-  type GuardContext,
   type GuardOutcome,
   isDisabled,
+  type SurfaceOptions,
   type SurfaceSpec,
 } from "../core/guard.js";
 import { safeText } from "../core/log.js";
+import type { WorkContext } from "../core/options.js";
 import { defaultKey, type PubSubMessage } from "./message.js";
 
 export { type BackendFactory, DISABLED_ENV, extendContext, type GuardOutcome, isDisabled };
 
-/** What a guarded handler receives next to the message. */
-export type MessageContext = GuardContext;
+/** @deprecated Renamed `WorkContext` (one context type for work); removed in the next minor release. */
+export type MessageContext = WorkContext;
 
-/** Options shared by `idempotent`, `idempotentCloudEvent` and `idempotentMessage`. */
-export interface PubSubGuardOptions<T = unknown> extends Omit<GuardConfig<PubSubMessage, T>, "failOpen"> {
+/**
+ * Options shared by `idempotent`, `idempotentCloudEvent` and `idempotentMessage`: every core option
+ * (`GuardOptions`: lease, ttl, heartbeat, `wait`, clock, store deadlines, logger, events) and the
+ * surface-guard choices (`mode`, `allowUnguarded`), with Pub/Sub's default key. `failOpen` is refused:
+ * Pub/Sub redelivers a message when the store is down. `wait` is taken in `mode: "mutex"` only (a
+ * `ConfigurationError` otherwise, as docs/pubsub.md says).
+ */
+export interface PubSubGuardOptions<T = unknown> extends Omit<SurfaceOptions<PubSubMessage, T>, "failOpen"> {
   /**
    * Derives a business key from the message, replacing the default (the `messageId`, or for a
    * CloudEvent `source` + `id`, namespaced by subscription). Used verbatim — not namespaced — so two
@@ -34,14 +40,6 @@ export interface PubSubGuardOptions<T = unknown> extends Omit<GuardConfig<PubSub
    * @default the message id namespaced by subscription (`defaultKey`)
    */
   readonly key?: ((message: PubSubMessage) => string | undefined) | undefined;
-  /**
-   * `"lock"` de-duplicates (runs once per key, redeliveries are duplicates). `"mutex"` serializes:
-   * every message runs, never two at once for one key (use a business key such as an entity id), and
-   * nothing is recorded as done. @default "lock"
-   */
-  readonly mode?: "lock" | "mutex" | undefined;
-  /** Mutex mode only: wait up to this long for the key to free before answering contention. @default 0 */
-  readonly wait?: number | undefined;
 }
 
 const pubsubSurface = (wrapper: string, batchClaims: boolean): SurfaceSpec<PubSubMessage> => ({

@@ -5,13 +5,8 @@
  * heartbeat keeps the claim's lease alive alongside it.
  */
 import { ConfigurationError } from "../core/errors.js";
-import {
-  extendContext,
-  type GuardOutcome,
-  type MessageContext,
-  type PubSubGuardOptions,
-  pubsubGuard,
-} from "./guard.js";
+import type { WorkContext } from "../core/options.js";
+import { extendContext, type GuardOutcome, type PubSubGuardOptions, pubsubGuard } from "./guard.js";
 import { MessageForm, type PubSubMessage, parseJsonData } from "./message.js";
 
 /**
@@ -32,7 +27,7 @@ export interface PullMessageLike {
 }
 
 /** What a pull handler receives next to the decoded message. */
-export interface PullContext extends MessageContext {
+export interface PullContext extends WorkContext {
   /** The client library's message, as delivered. */
   readonly pulled: PullMessageLike;
 }

@@ -4,13 +4,8 @@
  * outcome table of SPEC §5: 2xx acks, anything else makes Pub/Sub redeliver.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
-import {
-  extendContext,
-  type GuardOutcome,
-  type MessageContext,
-  type PubSubGuardOptions,
-  pubsubGuard,
-} from "./guard.js";
+import type { WorkContext } from "../core/options.js";
+import { extendContext, type GuardOutcome, type PubSubGuardOptions, pubsubGuard } from "./guard.js";
 import { type DecodeOptions, decodePush, type PubSubMessage } from "./message.js";
 
 /** A request as Node or a framework hands it over; `body`/`rawBody` are read when a framework parsed it. */
@@ -20,7 +15,7 @@ export type PushResponse = ServerResponse;
 
 /** What a push handler receives next to the message. */
 export interface PushContext<Req extends PushRequest = PushRequest, Res extends PushResponse = PushResponse>
-  extends MessageContext {
+  extends WorkContext {
   readonly request: Req;
   /**
    * The response. Leave it alone and oncely answers 204 on success; send a 2xx of your own (or set a

@@ -19,10 +19,11 @@
  * shorter than AckWait (checked at wrap time), so a crashed consumer's key heals before JetStream
  * redelivers its message.
  */
+import { DEFAULT_LEASE_MS } from "../../core/defaults.js";
 import { ConfigurationError } from "../../core/errors.js";
-import { Guard, type GuardContext, type SurfaceSpec } from "../../core/guard.js";
+import { Guard, type SurfaceSpec } from "../../core/guard.js";
 import { safeText } from "../../core/log.js";
-import { DEFAULT_LEASE_MS } from "../../core/verbs.js";
+import type { WorkContext } from "../../core/options.js";
 import {
   type BrokerOptions,
   type BrokerSettlement,
@@ -54,7 +55,7 @@ export interface NatsMessage {
   readonly raw: JsMsgLike;
 }
 
-export type NatsHandler<T> = (message: NatsMessage, context: GuardContext) => T | Promise<T>;
+export type NatsHandler<T> = (message: NatsMessage, context: WorkContext) => T | Promise<T>;
 
 export interface NatsConsumerOptions<T = unknown> extends BrokerOptions<NatsMessage, T> {
   /**

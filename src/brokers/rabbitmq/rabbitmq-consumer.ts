@@ -18,8 +18,9 @@
  * but the `redelivered` flag, per consumer process (at least 2 once redelivered).
  */
 import { ConfigurationError } from "../../core/errors.js";
-import { Guard, type GuardContext, type SurfaceSpec } from "../../core/guard.js";
+import { Guard, type SurfaceSpec } from "../../core/guard.js";
 import { safeText } from "../../core/log.js";
+import type { WorkContext } from "../../core/options.js";
 import {
   type BrokerOptions,
   type BrokerSettlement,
@@ -51,7 +52,7 @@ export interface RabbitMessage {
   readonly raw: AmqpMessageLike;
 }
 
-export type RabbitHandler<T> = (message: RabbitMessage, context: GuardContext) => T | Promise<T>;
+export type RabbitHandler<T> = (message: RabbitMessage, context: WorkContext) => T | Promise<T>;
 
 export interface RabbitConsumerOptions<T = unknown> extends BrokerOptions<RabbitMessage, T> {
   /** The queue consumed: it scopes the default key, so two queues sharing a backend never share keys. */

@@ -1,0 +1,69 @@
+/**
+ * SPEC §11, one options contract: every core option (`GuardOptions`, and `ResultOptions` for the
+ * de-duplicating mode) is accepted by every non-HTTP surface's options, with the core's own type: a
+ * surface that drops one or gives it another type fails to compile (tests are
+ * type-checked by `tsc --noEmit -p tsconfig.json`). Defaults live in one table.
+ */
+import { describe, expect, expectTypeOf, it } from "vitest";
+import type { NatsConsumerOptions } from "../../src/brokers/nats/index.js";
+import type { RabbitConsumerOptions } from "../../src/brokers/rabbitmq/index.js";
+import { DEFAULT_WAIT_MS, SURFACE_DEFAULTS, surfaceDefaults } from "../../src/core/defaults.js";
+import type { GuardOptions, ResultOptions } from "../../src/core/options.js";
+import type { Backend } from "../../src/core/types.js";
+import type {
+  IdempotentMessageOptions,
+  IdempotentOptions,
+  PubSubGuardOptions,
+} from "../../src/pubsub/index.js";
+
+/** The core options a caller sets (the backend is checked on its own: a surface also takes a factory). */
+type CoreOptions = Omit<GuardOptions, "backend"> & ResultOptions<number>;
+type CoreName = keyof CoreOptions;
+type Core = Pick<CoreOptions, CoreName>;
+
+/** The core options as a surface's options type declares them. */
+type AsDeclaredBy<O> = Pick<O, CoreName & keyof O>;
+
+describe("every core option is accepted by every non-HTTP surface, as the core declares it", () => {
+  it("names every core option (a new one must be added to the surfaces' checks below)", () => {
+    expectTypeOf<CoreName>().toEqualTypeOf<
+      | "leaseMs"
+      | "ttlMs"
+      | "heartbeat"
+      | "wait"
+      | "logger"
+      | "onEvent"
+      | "clock"
+      | "storageRetries"
+      | "storeTimeoutMs"
+      | "codec"
+      | "maxResultBytes"
+      | "onDuplicate"
+    >();
+  });
+
+  it("Pub/Sub: push (idempotent), CloudEvent and pull (idempotentMessage)", () => {
+    expectTypeOf<AsDeclaredBy<PubSubGuardOptions<number>>>().toEqualTypeOf<Core>();
+    expectTypeOf<AsDeclaredBy<IdempotentOptions<number>>>().toEqualTypeOf<Core>();
+    expectTypeOf<AsDeclaredBy<IdempotentMessageOptions<number>>>().toEqualTypeOf<Core>();
+    expectTypeOf<Backend>().toExtend<PubSubGuardOptions<number>["backend"]>();
+    expectTypeOf<Backend>().toExtend<IdempotentMessageOptions<number>["backend"]>();
+  });
+
+  it("brokers: RabbitMQ (idempotentConsumer) and NATS JetStream (idempotentJsMsg)", () => {
+    expectTypeOf<AsDeclaredBy<RabbitConsumerOptions<number>>>().toEqualTypeOf<Core>();
+    expectTypeOf<AsDeclaredBy<NatsConsumerOptions<number>>>().toEqualTypeOf<Core>();
+    expectTypeOf<Backend>().toExtend<RabbitConsumerOptions<number>["backend"]>();
+    expectTypeOf<Backend>().toExtend<NatsConsumerOptions<number>["backend"]>();
+  });
+
+  it("each default is set in one table: the core's, and a surface's row only where it differs", () => {
+    expect(DEFAULT_WAIT_MS).toBe(0);
+    expect(surfaceDefaults("pubsub").wait).toBe(0);
+    expect(surfaceDefaults("rabbitmq").wait).toBe(0);
+    expect(surfaceDefaults("nats").wait).toBe(0);
+    expect(surfaceDefaults("http").wait).toBe(10_000);
+    expect(surfaceDefaults("constructor").wait).toBe(0);
+    expect(Object.keys(SURFACE_DEFAULTS)).toEqual(["http"]);
+  });
+});
