@@ -25,7 +25,6 @@ import {
   DEFAULT_MAX_REQUEST_BYTES,
   DEFAULT_MAX_RESPONSE_BYTES,
   DEFAULT_METHODS,
-  DEFAULT_WAIT_MS,
   type HttpIdempotencyOptions,
 } from "./options.js";
 import { type Compat, type ProblemKind, problemResponse } from "./problem.js";
@@ -186,13 +185,13 @@ export class HttpGuard<R> {
     };
     this.#guard = new Guard<HttpSubject, CapturedResponse>(
       {
-        backend: options.backend,
-        leaseMs: options.leaseMs,
-        ttlMs: options.ttlMs,
-        failOpen: options.failOpen,
-        logger: options.logger,
-        onEvent: options.onEvent,
-        wait: options.wait ?? DEFAULT_WAIT_MS,
+        // Every core option as given (defaults, HTTP's `wait` included, come from the core's table);
+        // HTTP's own fields are the guard's to ignore. The choices HTTP makes itself come last, so an
+        // untyped caller cannot override them.
+        ...options,
+        key: undefined,
+        allowUnguarded: undefined,
+        onDuplicate: undefined,
         mode: "lock",
         codec,
         // `commit` already refused anything larger; the core's cap must never omit a response.

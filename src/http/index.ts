@@ -16,6 +16,7 @@ export {
   DEFAULT_MAX_RESPONSE_BYTES,
   DEFAULT_METHODS,
   DEFAULT_WAIT_MS,
+  type HttpCoreOptions,
   type HttpIdempotencyOptions,
 } from "./options.js";
 export { type Compat, PROBLEM_STATUS, ProblemKind, problemType } from "./problem.js";

@@ -1,29 +1,39 @@
-import type { Logger, OncelyEvent } from "../core/events.js";
-import type { BackendFactory } from "../core/guard.js";
-import type { Backend } from "../core/types.js";
+import { surfaceDefaults } from "../core/defaults.js";
+import type { SurfaceOptions } from "../core/options.js";
 import type { Compat } from "./problem.js";
 import type { StoredResponse } from "./stored-response.js";
 
 /** @default ["POST", "PATCH"] */
 export const DEFAULT_METHODS: readonly string[] = ["POST", "PATCH"];
-/** @default 10 seconds */
-export const DEFAULT_WAIT_MS = 10_000;
+/**
+ * HTTP's default `wait`, as the core's defaults table sets it (`SURFACE_DEFAULTS.http`, 10 seconds).
+ * Read there; exported here for callers of `oncely/http`.
+ */
+export const DEFAULT_WAIT_MS: number = surfaceDefaults("http").wait;
 /** @default 1 MiB */
 export const DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024;
 /** @default 1 MiB */
 export const DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024;
 
 /**
- * Options of every HTTP surface (`withIdempotency`, and the Express, Fastify and Hono middleware).
- * `R` is what the `scope` extractor receives: the framework's own request (a Fetch `Request`, an
- * Express `req`, a Fastify `request`) or context (Hono's `c`).
+ * The core options an HTTP surface takes (SPEC §11), as the core declares them: `backend` (or a
+ * factory), `leaseMs`, `ttlMs`, `heartbeat`, `wait` (HTTP's default: 10 seconds), `clock`,
+ * `storageRetries`, `storeTimeoutMs`, `failOpen`, `logger`, `onEvent`. Left out are the choices HTTP
+ * makes itself: the key comes from the `Idempotency-Key` header (scoped by `scope`), the mode is
+ * always `"lock"`, and the stored result is the response (see `maxResponseBytes`, `redact`).
  */
-export interface HttpIdempotencyOptions<R> {
-  /**
-   * Where records live: a backend, or a factory building it on first use (concurrent first requests
-   * share one build; a build that fails is retried on the next request).
-   */
-  readonly backend: Backend | BackendFactory;
+export type HttpCoreOptions = Omit<
+  SurfaceOptions<never, never>,
+  "key" | "allowUnguarded" | "mode" | "codec" | "maxResultBytes" | "onDuplicate"
+>;
+
+/**
+ * Options of every HTTP surface (`withIdempotency`, and the Express, Fastify and Hono middleware):
+ * the core's (`HttpCoreOptions`, declared once in `core/options.ts`) and HTTP's own below. `R` is
+ * what the `scope` extractor receives: the framework's own request (a Fetch `Request`, an Express
+ * `req`, a Fastify `request`) or context (Hono's `c`).
+ */
+export interface HttpIdempotencyOptions<R> extends HttpCoreOptions {
   /**
    * The caller's tenant or principal, from the framework's request (an authenticated user id, an
    * API key's account). Part of the stored key, so two callers sending the same key never see each
@@ -41,21 +51,6 @@ export interface HttpIdempotencyOptions<R> {
   readonly required?: boolean | undefined;
   /** The methods guarded; others pass through untouched. Matched case-insensitively. @default ["POST", "PATCH"] */
   readonly methods?: readonly string[] | undefined;
-  /**
-   * How long a duplicate that arrives while the first request is still running waits for it to
-   * finish (then it gets the first response replayed, or runs if the first one released the key).
-   * `0` answers 409 at once. @default 10_000
-   */
-  readonly wait?: number | undefined;
-  /** How long a claim holds the key without a renewal; a crashed server frees it after this. @default 60_000 */
-  readonly leaseMs?: number | undefined;
-  /** How long a stored response is replayed: the de-duplication window. @default 86_400_000 (24 h) */
-  readonly ttlMs?: number | undefined;
-  /**
-   * When the store cannot be reached before the handler runs, run the handler unguarded (event
-   * `ran_unguarded`) instead of answering 503. @default false (fail closed)
-   */
-  readonly failOpen?: boolean | undefined;
   /** Also store and replay 4xx responses (5xx are never stored). @default false */
   readonly cacheClientErrors?: boolean | undefined;
   /**
@@ -87,8 +82,4 @@ export interface HttpIdempotencyOptions<R> {
    * payload) or `"stripe"` (Stripe's: 400). @default "ietf"
    */
   readonly compat?: Compat | undefined;
-  /** Where errors and warnings go (console and pino both fit). @default console */
-  readonly logger?: Logger | undefined;
-  /** Receives one structured event per decision. A throw is logged and ignored. */
-  readonly onEvent?: ((event: OncelyEvent) => void) | undefined;
 }
