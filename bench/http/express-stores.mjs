@@ -1,7 +1,12 @@
 // `node bench/http/express-stores.mjs`: what storing properties on an Express response costs, in a
 // loop over responses built as Express builds them (re-parented onto the app's `response` prototype),
-// against one WeakMap entry per response: the reason the Express capture intercepts on the shared
-// prototype instead of on each response (docs/http.md, 2026-12-03). Three passes; µs per response.
+// against one WeakMap entry per response. The Express capture stores its four interceptors on each
+// guarded response ("four methods stored": what it costs per guarded request); until 2026-12-03 it
+// patched Express's shared response prototype once and paid one WeakMap entry per response instead,
+// which SPEC §11 rules out (docs/http.md, "Per framework"). Three passes; CPU µs per response.
+// 2026-12-03, Node 20, the shared 2-core test machine (load 12-16): the response alone 5.9-8.5 µs,
+// four methods stored 31.5-36.9 (so about 26-28 µs for the four stores), one WeakMap entry 7.9-9.1
+// (about 1-2 µs).
 import http from "node:http";
 import express from "express";
 
@@ -42,9 +47,11 @@ for (let pass = 1; pass <= 3; pass++) {
   for (const [name, run] of Object.entries(variants)) {
     for (let i = 0; i < 20_000; i++) run();
     const count = 100_000;
-    const start = process.hrtime.bigint();
+    // CPU time of this process, not wall time: other processes on a shared machine disturb it less.
+    const start = process.cpuUsage();
     for (let i = 0; i < count; i++) run();
-    const us = Number(process.hrtime.bigint() - start) / count / 1000;
+    const used = process.cpuUsage(start);
+    const us = (used.user + used.system) / count;
     console.log(`pass ${pass}: ${name}: ${us.toFixed(2)} µs`);
   }
 }
