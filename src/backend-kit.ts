@@ -52,6 +52,7 @@ export {
   type GuardOutcome,
   isDisabled,
   type RunOptions,
+  type SurfaceOptions,
   type SurfaceSpec,
 } from "./core/guard.js";
 export { MAX_KEY_BYTES, validateKey } from "./core/keys.js";
