@@ -3,7 +3,7 @@
  * the response delivered early (streamed, oversized, or stored) or the guard's decision.
  */
 import { captureFetchResponse } from "./fetch-capture.js";
-import type { CapturedResponse, HttpDecision } from "./http-guard.js";
+import type { CapturedResponse, HttpDecision } from "./http-decision.js";
 
 /**
  * What a Fetch-surface request may send before its decision arrives, shared by `withIdempotency`

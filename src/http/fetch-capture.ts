@@ -3,7 +3,7 @@
  * public members, or passed through as it is produced (streamed, or over the limit).
  */
 import { concatChunks } from "./chunks.js";
-import { BYPASS_HEADER, type BypassReason, type CapturedResponse } from "./http-guard.js";
+import { BYPASS_HEADER, type BypassReason, type CapturedResponse } from "./http-decision.js";
 
 const EMPTY = new Uint8Array(0);
 

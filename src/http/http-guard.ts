@@ -8,96 +8,49 @@
  *    passes through; a missing required key or a malformed one is answered at once.
  * 2. `execute`: resolve the scope (fail closed), bypass an oversized request body, derive the stored
  *    key and the fingerprint, and run the handler under `Guard.run` in `lock` mode with `wait`. The
- *    adapter's `run` captures the handler's response without sending it; `commit` decides whether it
- *    is stored (2xx, 4xx with `cacheClientErrors`, never 5xx, never oversized or streamed ones), and
- *    the guard completes the record before `execute` resolves — the response is sent only after the
- *    record is committed, never fire-and-forget.
- * 3. The adapter sends what the `HttpDecision` says: the captured response, a replay, a problem.
+ *    adapter's `run` captures the handler's response without sending it; `StorePolicy.commit`
+ *    (`store-policy.ts`) decides whether it is stored (2xx, 4xx with `cacheClientErrors`, never 5xx,
+ *    never oversized or streamed ones), and the guard completes the record before `execute` resolves
+ *    — the response is sent only after the record is committed, never fire-and-forget.
+ * 3. The adapter sends what the `HttpDecision` says (`http-decision.ts`): the captured response, a
+ *    replay, a problem.
+ *
+ * HTTP's own options are validated by `resolveHttpOptions` (`options.ts`); the core's go to the core
+ * guard as given.
  */
-import type { ReplayedResult, ResultCodec } from "../core/codec.js";
-import { ConfigurationError } from "../core/errors.js";
+import type { ReplayedResult } from "../core/codec.js";
 import { callHook, EventType, hashKey } from "../core/events.js";
-import { Guard, type GuardContext, type GuardOutcome, type SurfaceSpec } from "../core/guard.js";
+import { Guard, type GuardOutcome, type SurfaceSpec } from "../core/guard.js";
 import type { ScopedLogger } from "../core/log.js";
-import { canonicalPath, fingerprint, type RequestBody } from "./fingerprint.js";
+import { canonicalPath, fingerprint } from "./fingerprint.js";
+import {
+  type Admission,
+  BYPASS_HEADER,
+  type BypassReason,
+  type CapturedResponse,
+  type HandlerContext,
+  type HttpDecision,
+  type HttpRequestFacts,
+  REPLAYED_HEADER,
+} from "./http-decision.js";
 import { parseIdempotencyKey } from "./key-header.js";
-import {
-  DEFAULT_MAX_REQUEST_BYTES,
-  DEFAULT_MAX_RESPONSE_BYTES,
-  DEFAULT_METHODS,
-  type HttpIdempotencyOptions,
-} from "./options.js";
-import { type Compat, type ProblemKind, problemResponse } from "./problem.js";
+import { type HttpIdempotencyOptions, type ResolvedHttpOptions, resolveHttpOptions } from "./options.js";
+import { type ProblemKind, problemResponse } from "./problem.js";
 import { scopedKey, scopeProblem } from "./scope.js";
-import {
-  decodeStoredResponse,
-  encodeStoredResponse,
-  type StoredResponse,
-  storedHeaders,
-} from "./stored-response.js";
+import { StorePolicy, type Unstored } from "./store-policy.js";
+import type { StoredResponse } from "./stored-response.js";
 
-/** Marks a response that was delivered but not stored, and why. */
-export const BYPASS_HEADER = "Idempotency-Bypass";
-/** Marks a replayed response (never the first one). */
-export const REPLAYED_HEADER = "Idempotent-Replayed";
-
-/**
- * Why a response was not stored although the request carried a key (the `Idempotency-Bypass` value):
- * - `request-too-large`: the request body is over `maxRequestBytes`; the handler ran unguarded;
- * - `response-too-large`: the response body is over `maxResponseBytes`, or its stored headers over 64 KiB;
- * - `streamed`: the response was sent as it was produced;
- * - `response-unstorable`: anything else kept a storable response from being stored (`redact` threw,
- *   the response could not be encoded, it ended without being completed).
- */
-export type BypassReason = "request-too-large" | "response-too-large" | "streamed" | "response-unstorable";
-
-/** Stored headers beyond this many bytes make a response too large to store. */
-const MAX_STORED_HEADER_BYTES = 64 * 1024;
-
-/** The parts of a request the policy reads; adapters fill it from their framework. */
-export interface HttpRequestFacts {
-  /** Upper case. */
-  readonly method: string;
-  /** The path as received (not relative to a mount point), without the query. */
-  readonly path: string;
-  /** The query without `?`. */
-  readonly query: string;
-  readonly contentType: string | undefined;
-  /** The body, or `"too_large"` when it exceeds `maxRequestBytes`. */
-  readonly body: RequestBody | "too_large";
-}
-
-/** What the handler's response turned out to be, as the adapter captured it. */
-export type CapturedResponse =
-  /** Held back whole (not yet sent): every header the handler set, and the body bytes. */
-  | { readonly kind: "buffered"; readonly response: StoredResponse }
-  /** Already sent as it was produced (streamed, or grew past `maxResponseBytes`); not stored. */
-  | { readonly kind: "passed_through"; readonly reason: BypassReason; readonly status: number };
-
-/** What `admit` decided before any I/O. */
-export type Admission =
-  | { readonly kind: "pass" }
-  | { readonly kind: "answer"; readonly response: StoredResponse }
-  | { readonly kind: "guard"; readonly key: string };
-
-/** What the adapter does once `execute` resolves. */
-export type HttpDecision =
-  /**
-   * Send the captured response (buffered: as captured; passed through: it is already out). `bypass`
-   * is set when a buffered response was not stored although its status is: the adapter marks the
-   * response it sends with `BYPASS_HEADER: bypass` (when its headers are not sent yet), and `captured`
-   * is then a copy whose headers already carry that mark (for adapters that build the response from it).
-   */
-  | { readonly kind: "deliver"; readonly captured: CapturedResponse; readonly bypass?: BypassReason }
-  /** Send this response instead (a replay or a problem); the handler did not run. */
-  | { readonly kind: "answer"; readonly response: StoredResponse; readonly replayed: boolean }
-  /** Run the handler unguarded and mark its response with `BYPASS_HEADER`. */
-  | { readonly kind: "bypass"; readonly reason: BypassReason }
-  /** The handler threw; hand the error to the framework (the key is already released). */
-  | { readonly kind: "throw"; readonly error: unknown };
-
-/** What the handler runs with when it runs under a claim (`fence`, `signal`). */
-export type HandlerContext = GuardContext;
+// The adapters' vocabulary, where they have always imported it from.
+export {
+  type Admission,
+  BYPASS_HEADER,
+  type BypassReason,
+  type CapturedResponse,
+  type HandlerContext,
+  type HttpDecision,
+  type HttpRequestFacts,
+  REPLAYED_HEADER,
+} from "./http-decision.js";
 
 interface HttpSubject {
   readonly key: string;
@@ -119,70 +72,17 @@ const surface: SurfaceSpec<HttpSubject> = {
 export class HttpGuard<R> {
   readonly #guard: Guard<HttpSubject, CapturedResponse>;
   readonly #options: HttpIdempotencyOptions<R>;
-  readonly #methods: ReadonlySet<string>;
-  readonly #compat: Compat;
-  readonly #maxRequestBytes: number;
-  readonly #maxResponseBytes: number;
-  /**
-   * The stored bytes `commit` prepared for each response it accepted, handed to the codec when the
-   * guard completes that response's key (and dropped there). Keyed by the response, so each request's
-   * bytes reach its own record whatever runs between `commit` and the codec (no reliance on the core
-   * calling them in one synchronous step); an entry the codec never takes goes with its response.
-   */
-  readonly #prepared = new WeakMap<CapturedResponse, Uint8Array>();
-  /**
-   * The captures `commit` refused although their status is stored, and why, until `execute` says so
-   * (header, warning, event). Written only on that rare path, so the hot path pays nothing for it.
-   */
-  readonly #unstored = new WeakMap<CapturedResponse, Unstored>();
+  readonly #resolved: ResolvedHttpOptions;
+  readonly #store: StorePolicy;
 
   /**
    * @param wrapper names the entry point in configuration errors (`withIdempotency`, `idempotency`)
    * @throws ConfigurationError for options that cannot work
    */
   constructor(options: HttpIdempotencyOptions<R>, wrapper: string) {
-    if (options === undefined || options === null || typeof options !== "object") {
-      throw new ConfigurationError(`${wrapper}: options with a backend are required`);
-    }
-    const compat = options.compat ?? "ietf";
-    if (compat !== "ietf" && compat !== "stripe") {
-      throw new ConfigurationError(
-        `${wrapper}: compat must be "ietf" or "stripe", got ${JSON.stringify(compat)}`,
-      );
-    }
-    this.#compat = compat;
-    this.#maxRequestBytes = byteLimit(
-      wrapper,
-      "maxRequestBytes",
-      options.maxRequestBytes,
-      DEFAULT_MAX_REQUEST_BYTES,
-    );
-    this.#maxResponseBytes = byteLimit(
-      wrapper,
-      "maxResponseBytes",
-      options.maxResponseBytes,
-      DEFAULT_MAX_RESPONSE_BYTES,
-    );
-    const methods = options.methods ?? DEFAULT_METHODS;
-    if (!Array.isArray(methods) || methods.some((method) => typeof method !== "string")) {
-      throw new ConfigurationError(`${wrapper}: methods must be an array of method names`);
-    }
-    this.#methods = new Set(methods.map((method) => method.toUpperCase()));
-    for (const hook of ["scope", "redact", "onReplay"] as const) {
-      if (options[hook] !== undefined && typeof options[hook] !== "function") {
-        throw new ConfigurationError(`${wrapper}: ${hook} must be a function`);
-      }
-    }
+    this.#resolved = resolveHttpOptions(options, wrapper);
     this.#options = options;
-    const codec: ResultCodec<CapturedResponse> = {
-      encode: (captured) => {
-        const bytes = this.#prepared.get(captured);
-        if (bytes === undefined) throw new TypeError("only a response accepted by commit is stored");
-        this.#prepared.delete(captured);
-        return bytes;
-      },
-      decode: (bytes) => ({ kind: "buffered", response: decodeStoredResponse(bytes) }),
-    };
+    this.#store = new StorePolicy(options, this.#resolved.maxResponseBytes);
     this.#guard = new Guard<HttpSubject, CapturedResponse>(
       {
         // Every core option as given (defaults, HTTP's `wait` included, come from the core's table);
@@ -193,7 +93,7 @@ export class HttpGuard<R> {
         allowUnguarded: undefined,
         onDuplicate: undefined,
         mode: "lock",
-        codec,
+        codec: this.#store.codec,
         // `commit` already refused anything larger; the core's cap must never omit a response.
         maxResultBytes: Number.MAX_SAFE_INTEGER,
       },
@@ -214,17 +114,17 @@ export class HttpGuard<R> {
 
   /** The configured request body limit, for adapters that read bodies themselves. */
   get maxRequestBytes(): number {
-    return this.#maxRequestBytes;
+    return this.#resolved.maxRequestBytes;
   }
 
   /** The configured response body limit, for adapters that capture responses themselves. */
   get maxResponseBytes(): number {
-    return this.#maxResponseBytes;
+    return this.#resolved.maxResponseBytes;
   }
 
   /** Step 1: decides from the method and the header alone. No I/O, never throws. */
   admit(method: string, header: string | readonly string[] | null | undefined): Admission {
-    if (!this.#methods.has(method.toUpperCase())) return PASS;
+    if (!this.#resolved.methods.has(method.toUpperCase())) return PASS;
     const parsed = parseIdempotencyKey(header);
     if (parsed.kind === "key") return { kind: "guard", key: parsed.key };
     if (parsed.kind === "absent") {
@@ -266,7 +166,7 @@ export class HttpGuard<R> {
     };
     if (request.body === "too_large") {
       this.#notStored(subject, EventType.RanUnguarded, "request-too-large", {
-        detail: `the request body is over maxRequestBytes (${this.#maxRequestBytes}); the handler runs unguarded`,
+        detail: `the request body is over maxRequestBytes (${this.#resolved.maxRequestBytes}); the handler runs unguarded`,
       });
       return { kind: "bypass", reason: "request-too-large" };
     }
@@ -287,7 +187,7 @@ export class HttpGuard<R> {
     }
     const outcome = await this.#guard.run(subject, run, {
       fingerprint: print.fingerprint,
-      commit: (captured) => this.#commit(captured),
+      commit: (captured) => this.#store.commit(captured),
       afterComplete: onStored,
     });
     if (outcome.kind !== "duplicate") return this.#translate(outcome, subject);
@@ -298,7 +198,7 @@ export class HttpGuard<R> {
 
   /** Whether a body of `length` bytes (from `Content-Length`, or counted) is over the request limit. */
   requestTooLarge(length: number): boolean {
-    return length > this.#maxRequestBytes;
+    return length > this.#resolved.maxRequestBytes;
   }
 
   async #scope(source: R, method: string, path: string): Promise<string | HttpDecision> {
@@ -329,56 +229,6 @@ export class HttpGuard<R> {
       ),
       replayed: false,
     };
-  }
-
-  /** Stores 2xx (and 4xx with `cacheClientErrors`) responses that were held whole and fit. */
-  #commit(captured: CapturedResponse): boolean {
-    if (captured.kind !== "buffered") return false;
-    const { status } = captured.response;
-    if (!this.#storable(status)) return false;
-    if (captured.response.body.length > this.#maxResponseBytes) {
-      return this.#refuse(captured, "response-too-large", {
-        detail: `the response body is over maxResponseBytes (${this.#maxResponseBytes})`,
-      });
-    }
-    let stored: StoredResponse = {
-      status,
-      headers: storedHeaders(captured.response.headers),
-      body: captured.response.body,
-    };
-    if (this.#options.redact !== undefined) {
-      try {
-        // `redact` edits the stored copy only: it gets bytes of its own, never the ones being sent.
-        stored = this.#options.redact({ ...stored, body: new Uint8Array(stored.body) });
-        stored = { status: stored.status, headers: storedHeaders(stored.headers), body: stored.body };
-      } catch (error) {
-        return this.#refuse(captured, "response-unstorable", { detail: "redact threw", error });
-      }
-    }
-    let bytes: Uint8Array;
-    try {
-      bytes = encodeStoredResponse(stored);
-    } catch (error) {
-      // a status or header the layout cannot hold (a name over 64 KiB, more than 65,535 headers)
-      return this.#refuse(captured, "response-unstorable", {
-        detail: "the response cannot be encoded",
-        error,
-      });
-    }
-    const headerBytes = bytes.length - stored.body.length;
-    if (headerBytes > MAX_STORED_HEADER_BYTES) {
-      return this.#refuse(captured, "response-too-large", {
-        detail: `its stored headers take ${headerBytes} bytes, over the ${MAX_STORED_HEADER_BYTES}-byte limit`,
-      });
-    }
-    this.#prepared.set(captured, bytes);
-    return true;
-  }
-
-  /** `commit`'s "no" for a response whose status is stored: remembered until `execute` says so. */
-  #refuse(captured: CapturedResponse, reason: BypassReason, why: Omit<Unstored, "reason">): false {
-    this.#unstored.set(captured, { reason, ...why });
-    return false;
   }
 
   /**
@@ -503,21 +353,20 @@ export class HttpGuard<R> {
    */
   #declined(captured: CapturedResponse, subject: HttpSubject): HttpDecision {
     if (captured.kind === "passed_through") {
-      if (this.#storable(captured.status)) {
+      if (this.#store.storable(captured.status)) {
         this.#notStored(subject, EventType.CompleteFailed, captured.reason, {
           detail:
             captured.reason === "streamed"
               ? "it was streamed (sent as it was produced)"
               : captured.reason === "response-too-large"
-                ? `the response body is over maxResponseBytes (${this.#maxResponseBytes})`
+                ? `the response body is over maxResponseBytes (${this.#resolved.maxResponseBytes})`
                 : "the response closed before it was ended (destroyed, or its connection closed)",
         });
       }
       return { kind: "deliver", captured };
     }
-    const unstored = this.#unstored.get(captured);
+    const unstored = this.#store.refusal(captured);
     if (unstored === undefined) return { kind: "deliver", captured };
-    this.#unstored.delete(captured);
     this.#notStored(subject, EventType.CompleteFailed, unstored.reason, unstored);
     const { response } = captured;
     const marked: CapturedResponse = {
@@ -529,14 +378,6 @@ export class HttpGuard<R> {
       },
     };
     return { kind: "deliver", captured: marked, bypass: unstored.reason };
-  }
-
-  /** Whether a response of this status is stored (2xx; 4xx with `cacheClientErrors`). */
-  #storable(status: number): boolean {
-    return (
-      (status >= 200 && status < 300) ||
-      (status >= 400 && status < 500 && this.#options.cacheClientErrors === true)
-    );
   }
 
   #replay(stored: StoredResponse): StoredResponse {
@@ -557,7 +398,7 @@ export class HttpGuard<R> {
   }
 
   #problem(kind: ProblemKind, detail: string, retryAfterMs?: number): StoredResponse {
-    return problemResponse(kind, this.#compat, detail, retryAfterMs);
+    return problemResponse(kind, this.#resolved.compat, detail, retryAfterMs);
   }
 
   #answer(kind: ProblemKind, detail: string): Admission {
@@ -567,22 +408,7 @@ export class HttpGuard<R> {
 
 const PASS: Admission = { kind: "pass" };
 
-/** Why a response whose status is stored was not, for the warning and the event. */
-interface Unstored {
-  readonly reason: BypassReason;
-  readonly detail: string;
-  readonly error?: unknown;
-}
-
 /** The stored response of a duplicate, when it decoded. */
 function storedOf(result: ReplayedResult<CapturedResponse>): StoredResponse | undefined {
   return result.available && result.value.kind === "buffered" ? result.value.response : undefined;
-}
-
-function byteLimit(wrapper: string, name: string, value: number | undefined, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new ConfigurationError(`${wrapper}: ${name} must be a non-negative integer of bytes, got ${value}`);
-  }
-  return value;
 }

@@ -4,7 +4,7 @@
  */
 export type { BackendFactory } from "../core/guard.js";
 export { FINGERPRINT_VERSION } from "./fingerprint.js";
-export { BYPASS_HEADER, type BypassReason, REPLAYED_HEADER } from "./http-guard.js";
+export { BYPASS_HEADER, type BypassReason, REPLAYED_HEADER } from "./http-decision.js";
 export {
   IDEMPOTENCY_KEY_HEADER,
   MAX_IDEMPOTENCY_KEY_BYTES,

@@ -1,4 +1,5 @@
 import { surfaceDefaults } from "../core/defaults.js";
+import { ConfigurationError } from "../core/errors.js";
 import type { SurfaceOptions } from "../core/options.js";
 import type { Compat } from "./problem.js";
 import type { StoredResponse } from "./stored-response.js";
@@ -82,4 +83,69 @@ export interface HttpIdempotencyOptions<R> extends HttpCoreOptions {
    * payload) or `"stripe"` (Stripe's: 400). @default "ietf"
    */
   readonly compat?: Compat | undefined;
+}
+
+/** HTTP's own options that every request reads, validated and defaulted once per middleware. */
+export interface ResolvedHttpOptions {
+  /** Upper case. */
+  readonly methods: ReadonlySet<string>;
+  readonly compat: Compat;
+  readonly maxRequestBytes: number;
+  readonly maxResponseBytes: number;
+}
+
+/**
+ * Validates HTTP's own options (the core's are the core guard's to check) and defaults the ones read
+ * on every request.
+ * @param wrapper names the entry point in configuration errors (`withIdempotency`, `idempotency`)
+ * @throws ConfigurationError for options that cannot work
+ */
+export function resolveHttpOptions<R>(
+  options: HttpIdempotencyOptions<R>,
+  wrapper: string,
+): ResolvedHttpOptions {
+  if (options === undefined || options === null || typeof options !== "object") {
+    throw new ConfigurationError(`${wrapper}: options with a backend are required`);
+  }
+  const compat = options.compat ?? "ietf";
+  if (compat !== "ietf" && compat !== "stripe") {
+    throw new ConfigurationError(
+      `${wrapper}: compat must be "ietf" or "stripe", got ${JSON.stringify(compat)}`,
+    );
+  }
+  const maxRequestBytes = byteLimit(
+    wrapper,
+    "maxRequestBytes",
+    options.maxRequestBytes,
+    DEFAULT_MAX_REQUEST_BYTES,
+  );
+  const maxResponseBytes = byteLimit(
+    wrapper,
+    "maxResponseBytes",
+    options.maxResponseBytes,
+    DEFAULT_MAX_RESPONSE_BYTES,
+  );
+  const methods = options.methods ?? DEFAULT_METHODS;
+  if (!Array.isArray(methods) || methods.some((method) => typeof method !== "string")) {
+    throw new ConfigurationError(`${wrapper}: methods must be an array of method names`);
+  }
+  for (const hook of ["scope", "redact", "onReplay"] as const) {
+    if (options[hook] !== undefined && typeof options[hook] !== "function") {
+      throw new ConfigurationError(`${wrapper}: ${hook} must be a function`);
+    }
+  }
+  return {
+    methods: new Set(methods.map((method) => method.toUpperCase())),
+    compat,
+    maxRequestBytes,
+    maxResponseBytes,
+  };
+}
+
+function byteLimit(wrapper: string, name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new ConfigurationError(`${wrapper}: ${name} must be a non-negative integer of bytes, got ${value}`);
+  }
+  return value;
 }

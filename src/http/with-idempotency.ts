@@ -1,7 +1,8 @@
 import { EarlyDelivery } from "./early-delivery.js";
 import { readFetchBody } from "./fetch-body.js";
 import { toFetchResponse, withHeader } from "./fetch-response.js";
-import { BYPASS_HEADER, type HttpDecision, HttpGuard } from "./http-guard.js";
+import { BYPASS_HEADER, type HttpDecision } from "./http-decision.js";
+import { HttpGuard } from "./http-guard.js";
 import type { HttpIdempotencyOptions } from "./options.js";
 
 /**
