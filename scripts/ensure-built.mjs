@@ -8,8 +8,8 @@
 //                                         the whole package is already current
 //
 // Prints nothing when it succeeds; a failed build prints the build's output and exits 1. The input
-// hash of each kind of build is kept in node_modules/.cache/oncely/build.json (never in dist/, which
-// is packed). A build made some other way (`npx tsup`) is not known here and is redone once.
+// hash of each kind of build is kept in node_modules/.cache/oncely/ (never in dist/, which is
+// packed). A build made some other way (`npx tsup`) is not known here and is redone once.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
@@ -19,7 +19,8 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const cache = join(root, "node_modules/.cache/oncely");
-const stampFile = join(cache, "build.json");
+// one stamp per checkout (a copy whose node_modules is a link to this one's keeps its own)
+const stampFile = join(cache, `build-${createHash("sha256").update(root).digest("hex").slice(0, 12)}.json`);
 const cliOnly = process.argv.includes("--cli");
 
 /** Every file under `dir`, sorted, as paths relative to the root. */
