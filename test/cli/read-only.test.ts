@@ -61,6 +61,11 @@ describe("PostgreSQL: a mistyped ?table= is reported, never created", () => {
       );
       expect(await tables()).toBe(0);
     }
+    // purge deletes records and creates no table either
+    const purge = await oncely(["purge", "--backend", url]);
+    expect(purge.code).toBe(1);
+    expect(purge.stderr).toMatch(/^oncely purge: purge failed \(PostgreSQL .*not set up.*oncely migrate/);
+    expect(await tables()).toBe(0);
     // migrate is the command that creates it; inspect then reads it
     expect((await oncely(["migrate", "--backend", url])).code).toBe(0);
     expect(await tables()).toBe(1);

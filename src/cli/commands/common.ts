@@ -43,7 +43,7 @@ export async function step<T>(name: Step, where: string, run: () => Promise<T>):
   } catch (error) {
     if (error instanceof StepError || error instanceof UsageError) throw error;
     let reason = error instanceof Error ? error.message : String(error);
-    if (name === "read" && error instanceof ConfigurationError) {
+    if ((name === "read" || name === "purge") && error instanceof ConfigurationError) {
       reason += " (if this is the store you meant, `oncely migrate --backend URL` sets it up)";
     }
     const code = name === "connect" && error instanceof ConfigurationError ? 2 : 1;
@@ -64,11 +64,12 @@ export function backendLines(): string {
 }
 
 /**
- * How a command opens its store: `read` never writes (no table or file is created, nothing is
- * migrated: a mistyped table or path is reported, not made), `write` creates or migrates what is
- * missing (`purge`), `migrate` opens without migrating so that `oncely migrate` can say what it did.
+ * How a command opens its store. Neither migrates on open (a SQL table that is missing or old is
+ * reported, not made: `oncely migrate` says what it changes): `read` never writes at all (no table
+ * or file is created; SQLite through a read-only connection), `write` may change records (`purge`,
+ * `migrate`; the registry's SQLite entry creates its file and table on open).
  */
-export type OpenMode = "read" | "write" | "migrate";
+export type OpenMode = "read" | "write";
 
 /**
  * Opens `--backend` (with `--namespace`) in the `connect` step: an unknown scheme or a malformed URL
@@ -91,7 +92,7 @@ export async function openFromOptions(options: ParsedOptions, mode: OpenMode): P
   }
   return step("connect", redactUrl(url), () => {
     if (mode === "read" && scheme === "sqlite") return openSqliteReadOnly(url, namespace);
-    return openBackend(url, { namespace, ...(mode === "write" ? {} : { migrate: false }) });
+    return openBackend(url, { namespace, migrate: false });
   });
 }
 

@@ -32,7 +32,7 @@ export async function runMigrate(args: readonly string[], out: Output): Promise<
     out.write(MIGRATE_USAGE);
     return 0;
   }
-  const opened = await openFromOptions(options, "migrate");
+  const opened = await openFromOptions(options, "write");
   const label = visible(opened.label);
   try {
     const { backend } = opened;
