@@ -5,7 +5,7 @@
  * For a backend:
  * - the backend port and record model (`Backend`, `ClaimOutcome`, `Claim`, `StoredRecord`,
  *   `BackendCapabilities`, …) that the verbs call;
- * - the pure transition planners of SPEC §2 (`planClaim`, `planComplete`, `planRelease`,
+ * - the pure transition planners (`planClaim`, `planComplete`, `planRelease`,
  *   `planRenew`, `visible`, `decodeRecord`): a backend reads the record, asks the planner what to
  *   write and what to answer, and writes it atomically — it holds no policy of its own;
  * - `storageError` to wrap a driver's failure as `StorageError` (with the driver's error as `cause`),

@@ -1,5 +1,5 @@
 /**
- * The `oncely/postgres` entry: the transactional reservation (SPEC §7) and, next to it, the PostgreSQL
+ * The `oncely/postgres` entry: the transactional reservation and, next to it, the PostgreSQL
  * backend (`src/backends/postgres/`) re-exported from one line below when it lands.
  */
 

@@ -1,5 +1,5 @@
 /**
- * The `oncely` command line. `oncely demo` runs the effectively-once demo (SPEC §10); `__worker`
+ * The `oncely` command line. `oncely demo` runs the effectively-once demo (a crash storm); `__worker`
  * is the hidden entry the demo forks its worker processes with.
  */
 import { fileURLToPath } from "node:url";

@@ -1,7 +1,7 @@
 /**
  * Canonical JSON text, so that two payloads that mean the same JSON compare (and hash) the same: object
  * keys sorted (by UTF-16 code units, as `Array.prototype.sort` orders strings), no whitespace. Used by
- * the HTTP fingerprint (§6.4) and the reservation's payload hash (§7).
+ * the HTTP request fingerprint and the reservation's payload hash.
  *
  * Two entry points, one canonical form:
  * - `canonicalJson(value)` writes a JavaScript value: members whose value is `undefined` (or a function

@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { safeJson } from "./log.js";
 
-/** One structured event per decision (SPEC §8). */
+/** One structured event per decision. */
 export const EventType = {
   Claimed: "claimed",
   Reclaimed: "reclaimed",

@@ -1,5 +1,5 @@
 /**
- * The lease heartbeat (SPEC §4) and its abort rule.
+ * The lease heartbeat and its abort rule.
  *
  * While work runs, the claim is renewed every `leaseMs / 3`. The claim is judged lost — the work's
  * `signal` aborts with a `LeaseLostError`, once — when a renewal finds the fence moved, or when no

@@ -1,5 +1,5 @@
 /**
- * `lock(key, work, options)` (SPEC §4): de-duplicate. The claim loop (`core/run.ts`) decides; this
+ * `lock(key, work, options)`: de-duplicate. The claim loop (`core/run.ts`) decides; this
  * module turns its outcome into `lock`'s documented result or throw.
  */
 import type { ReplayedResult } from "./codec.js";

@@ -1,4 +1,4 @@
-/** `makeIdempotent(fn, { key, ...options })` (SPEC §4): wrap any async function with `lock`. */
+/** `makeIdempotent(fn, { key, ...options })` : wrap any async function with `lock`. */
 import { ResultUnavailableError } from "./errors.js";
 import { lock } from "./lock.js";
 import type { MakeIdempotentOptions } from "./options.js";

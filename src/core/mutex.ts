@@ -1,4 +1,4 @@
-/** `mutex(key, work, options)` (SPEC §4): serialize. The claim loop (`core/run.ts`) decides. */
+/** `mutex(key, work, options)`: serialize. The claim loop (`core/run.ts`) decides. */
 import { verbError } from "./lock.js";
 import type { MutexOptions, Work } from "./options.js";
 import { claimAndRun } from "./run.js";

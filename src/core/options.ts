@@ -1,5 +1,5 @@
 /**
- * The options every guard takes, declared once (SPEC §11): the verbs (`lock`, `mutex`,
+ * The options every guard takes, declared once: the verbs (`lock`, `mutex`,
  * `makeIdempotent`) and every surface (Pub/Sub, brokers, HTTP) extend `GuardOptions` and add only
  * their own fields. Each option has one meaning and one default (`core/defaults.ts`, where a surface's
  * own default is set too). Also the one context type work receives, `WorkContext`.

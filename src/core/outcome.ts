@@ -1,5 +1,5 @@
 /**
- * The one outcome union of a guarded call (SPEC §11). The claim loop (`core/run.ts`) returns it end
+ * The one outcome union of a guarded call. The claim loop (`core/run.ts`) returns it end
  * to end; the surface-neutral `Guard` adds the endings only a surface has (`refused`, `unguarded`);
  * the verbs turn it into their documented results and throws (`lock`'s `LockOutcome`,
  * `InProgressError`, `ConflictError`, `StorageError`, the work's own error).

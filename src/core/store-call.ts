@@ -1,5 +1,5 @@
 /**
- * Every store call the core makes is bounded (SPEC §3, "bounded store calls"): a call that has not
+ * Every store call the core makes is bounded: a call that has not
  * answered within `storeTimeoutMs` counts as failed, and retries share that one budget. A call past
  * its deadline keeps running in the driver; its late answer is ignored (claims carry a token, so a
  * late win is re-affirmed by a retry; completes, releases and renewals are fenced).

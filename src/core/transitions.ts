@@ -1,5 +1,5 @@
 /**
- * The transition table of SPEC §2 as pure functions, for backends that read a record and write it back
+ * The transition table as pure functions, for backends that read a record and write it back
  * inside one atomic step of their own (a JS turn, an immediate SQLite transaction, a datastore
  * transaction, a conditional write). Backends that decide on the server (Lua, SQL) implement the same
  * table there; the contract suite holds every backend to it.

@@ -1,5 +1,5 @@
 /**
- * The record model (SPEC §1) and the backend port (SPEC §3).
+ * The record model and the backend port.
  *
  * Everything a backend needs to know is here; everything else (hashing, ttl policy, results,
  * events, heartbeats) lives in the verbs.
@@ -131,7 +131,7 @@ export function isDelegatingToSync(method: unknown): boolean {
 }
 
 /**
- * The backend port. Each method is one atomic transition (SPEC §2), decided in one round trip to the
+ * The backend port. Each method is one atomic state transition, decided in one round trip to the
  * store where the store allows it. Backends hold no policy; they throw `StorageError` (with the driver
  * error as `cause`) when the store cannot be reached, and never throw for a stale fence (they return
  * `false`).

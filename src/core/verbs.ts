@@ -1,5 +1,5 @@
 /**
- * The verbs of SPEC §4, gathered: `lock` (de-duplicate), `mutex` (serialize) and `makeIdempotent`
+ * The verbs, gathered: `lock` (de-duplicate), `mutex` (serialize) and `makeIdempotent`
  * (wrap a function), their options (`core/options.ts`) and defaults (`core/defaults.ts`). They own
  * every policy — defaults, retries, heartbeats, results, events — so that backends stay one atomic
  * transition per method; the claim loop they share is `core/run.ts`.

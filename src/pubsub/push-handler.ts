@@ -1,7 +1,7 @@
 /**
  * `idempotent(handler, options)`: a push endpoint for Pub/Sub push subscriptions and Eventarc, usable
- * as a functions-framework HTTP function and as an Express/Cloud Run route. Status codes follow the
- * outcome table of SPEC §5: 2xx acks, anything else makes Pub/Sub redeliver.
+ * as a functions-framework HTTP function and as an Express/Cloud Run route. Status codes follow one
+ * rule: 2xx acks, anything else makes Pub/Sub redeliver.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { WorkContext } from "../core/options.js";

@@ -1,5 +1,5 @@
 /**
- * The PostgreSQL transactional reservation (SPEC §7): for a handler whose side effect is a write to
+ * The PostgreSQL transactional reservation: for a handler whose side effect is a write to
  * the same database, the business writes and the replay record commit in one transaction, so a retry
  * sees both or neither.
  *

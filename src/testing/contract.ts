@@ -1,6 +1,6 @@
 /**
- * The backend contract suite: SPEC §2 in executable form. Every backend oncely ships runs it against a
- * real store, and third parties can run it against theirs:
+ * The backend contract suite: the transition table in executable form. Every backend oncely ships
+ * runs it against a real store, and third parties can run it against theirs:
  *
  * ```ts
  * import { describe, it } from "vitest";
@@ -243,7 +243,7 @@ export function backendContract<B extends Backend>(
 
   const key = () => `k-${randomUUID()}`;
 
-  describe(`${options.name} backend contract (SPEC §2)`, () => {
+  describe(`${options.name} backend contract`, () => {
     test("absent → claim wins with fence 1", async (f) => {
       const k = key();
       const outcome = await f.claim(k);

@@ -81,7 +81,7 @@ function datastoreStore(
 
 /**
  * Records as entities in Google Cloud Datastore / Firestore in Datastore mode. Every transition is one
- * serializable transaction (lookup, decide by the §2 planner, commit): a concurrent transaction that
+ * serializable transaction (lookup, decide by the planner, commit): a concurrent transaction that
  * read the same entity aborts, and the backend retries it with jittered backoff, so it re-reads what
  * the winner wrote. The entity's key name is a hash of the oncely key (any key fits; the key itself is
  * stored and checked). `expiresAt` is a timestamp property for a Datastore TTL policy; leases are

@@ -128,7 +128,7 @@ const nonNegativeInt = (v: unknown) => typeof v === "number" && Number.isSafeInt
 
 /**
  * The backend port over a document store with serializable transactions (Datastore, Firestore):
- * every transition is one transaction that reads the record, decides by the pure §2 planner of
+ * every transition is one transaction that reads the record, decides by the pure transition planner of
  * `core/transitions.ts`, and writes the decision back. Two transactions that read one record never
  * both commit: the loser aborts, is retried (jittered backoff, bounded), re-reads what the winner
  * wrote and decides again. Calls on one key from one instance are queued rather than raced (see
@@ -199,7 +199,7 @@ export class DocumentBackend implements Backend {
     return run;
   }
 
-  /** One transaction (retried on contention): read the record, decide by the §2 table, write it back. */
+  /** One transaction (retried on contention): read the record, decide by the planner, write it back. */
   #transition<T>(
     operation: string,
     key: string,

@@ -26,7 +26,8 @@ export function isAborted(error: unknown): boolean {
  * the last attempt, surfaces at once as `StorageError` (the driver error as `cause`).
  *
  * Retrying a claim is safe even when an aborted-looking attempt had in fact committed: the next
- * attempt reads the record carrying this call's own token and re-affirms it (SPEC §3).
+ * attempt reads the record carrying this call's own token and re-affirms it (a claim with the
+ * holder's own token wins again, with no fence bump).
  */
 export async function retryContention<T>(
   backend: string,

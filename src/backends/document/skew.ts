@@ -2,7 +2,7 @@ import { type Observed, type Plan, planClaim } from "../../core/transitions.js";
 import type { ClaimOptions, ClaimOutcome } from "../../core/types.js";
 
 /**
- * `planClaim` for stores judged by client clocks (SPEC §1): lapses and expiry are judged `skewMs`
+ * `planClaim` for stores judged by client clocks: lapses and expiry are judged `skewMs`
  * late, so a host whose clock runs ahead by up to `skewMs` cannot take a live claim over early,
  * while the new lease still runs `leaseMs` from `now` and the claim is stamped at `now`.
  */

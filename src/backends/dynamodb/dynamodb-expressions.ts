@@ -1,5 +1,5 @@
 /**
- * The §2 table as DynamoDB condition and update expressions, one conditional write per port method.
+ * The transition table as DynamoDB condition and update expressions, one conditional write per port method.
  * DynamoDB checks a write's condition and applies it atomically on the item, so each transition is
  * decided by the store in the request that makes it — no read first, no transaction.
  *

@@ -53,7 +53,7 @@ function firestoreStore(firestore: FirestoreLike, collection: string): DocumentS
 
 /**
  * Records as documents of one Firestore (native mode) collection. Every transition is one
- * serializable transaction (read, decide by the §2 planner, write): a concurrent transaction on the
+ * serializable transaction (read, decide by the transition planner, write): a concurrent transaction on the
  * same document aborts, and the backend retries it with jittered backoff, so it re-reads what the
  * winner wrote. Document ids are a hash of the namespace and key (any key fits, `/` included; the key
  * and namespace are stored and checked). `expiresAt` is a Timestamp field for a Firestore TTL policy;

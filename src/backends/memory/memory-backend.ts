@@ -104,7 +104,7 @@ export class MemoryBackend implements Backend {
     this.#notify(id);
   }
 
-  /** claim: the §2 table, decided and written in one synchronous step. */
+  /** claim: the transition table, decided and written in one synchronous step. */
   async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
     return this.claimSync(key, options);
   }

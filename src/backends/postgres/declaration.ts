@@ -28,7 +28,7 @@ export const postgres: BackendDeclaration = declareBackend({
   schemes: ["postgres:", "postgresql:"],
   peers: ["pg"],
   capabilities: POSTGRES_CAPABILITIES,
-  // the subpath export carries the transactional reservation (SPEC §7) beside the backend
+  // the subpath export carries the transactional reservation beside the backend
   entry: "src/postgres.ts",
   describe:
     "postgres://user@host:port/db[?schema=s&table=t]  PostgreSQL, table created on first use (npm i pg)",

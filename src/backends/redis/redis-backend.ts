@@ -144,7 +144,7 @@ function resultArg(value: Uint8Array): RedisArg {
  * which both clients route by key to the node that owns it and which caches the script there — no
  * per-node `SCRIPT LOAD` bookkeeping, and a node that forgets scripts again heals the same way.
  *
- * Retention follows §2 with Redis' own expiry: a claimed record expires `leaseUntil + ttl` (plus
+ * Retention uses Redis' own expiry: a claimed record expires `leaseUntil + ttl` (plus
  * `retentionGraceMs`), a done record `completedAt + ttl` (plus the grace).
  */
 export class RedisBackend implements Backend {

@@ -1,5 +1,5 @@
 /**
- * The §2 table as Lua, one script per port method. Each runs atomically on the node that owns the
+ * The transition table as Lua, one script per port method. Each runs atomically on the node that owns the
  * record's key, reads the clock with `TIME` (never the client's), touches exactly one key (Cluster-safe)
  * and sets the key's physical expiry from the same clock.
  *
@@ -23,8 +23,8 @@
  * its fence when that fence is still readable.
  *
  * The physical expiry is the logical one plus a grace: a claim soon after a logical expiry still finds
- * the old fence and continues above it; after the grace the key is new again (fence 1), which §2
- * allows because retention (`lease + ttl`) outlives every holder. The client computes the `PX` value
+ * the old fence and continues above it; after the grace the key is new again (fence 1), which is
+ * safe because retention (`lease + ttl`) outlives every holder. The client computes the `PX` value
  * (`max(1, lease + ttl + grace)`) and passes it as an argument.
  */
 import { createHash } from "node:crypto";

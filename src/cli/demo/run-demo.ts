@@ -50,7 +50,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
   // Each run keys its records under its own namespace: a store shared with earlier runs never answers for this one.
   const namespace = `oncely-demo-${Date.now().toString(36)}-${process.pid}`;
   const plan = planStorm(options.messages, options.seed);
-  // Sized to the lease (SPEC §5, dead-letter sizing): a key a killed worker held answers 503 until its
+  // Sized to the lease (dead-letter sizing): a key a killed worker held answers 503 until its
   // lease lapses and each nack burns an attempt; the storm checks the sizing before it starts.
   const backoff = backoffForLease(options.leaseMs);
   let storm: Storm | undefined;

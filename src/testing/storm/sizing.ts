@@ -1,5 +1,5 @@
 /**
- * Dead-letter sizing for a storm (SPEC §5): every nack burns one of a message's delivery attempts, and
+ * Dead-letter sizing for a storm: every nack burns one of a message's delivery attempts, and
  * the attempts are shared by all its duplicate chains. Two things spend them:
  *
  * - the storm's own faults: a SIGKILL cuts every delivery the victim had in flight (502), and each

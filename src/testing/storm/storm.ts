@@ -1,5 +1,5 @@
 /**
- * The crash storm (SPEC §9, §10), written once for `oncely demo` and the crash-storm tests. The
+ * The crash storm, written once for `oncely demo` and the crash-storm tests. The
  * `PushSimulator` publishes every order of a seeded plan on a simulated topic and pushes it over real
  * HTTP, at least once, with concurrent duplicates, redeliveries after the ack, republishes under a new
  * messageId, backoff and a dead-letter policy. It pushes to one endpoint, as a push subscription does:
