@@ -1,7 +1,10 @@
 /**
  * Holding a Node `ServerResponse` back until the record is committed (SPEC §6.3): while the handler
  * runs, `writeHead`, `write`, `end` and `flushHeaders` are intercepted; a response ended in one piece
- * is kept whole (status, headers, body) and sent by `release()` once the guard has stored it. A
+ * is kept whole (status, headers, body) and sent by `release()` once the guard has stored it. Headers
+ * already on the response when `start()` runs (Express's `X-Powered-By`, a header middleware mounted
+ * before the guard) are not stored unless the handler changed them: the framework sets them again on
+ * every response, a replay included, where the stored copy made a second one. A
  * response that streams (`write` before `end`, `flushHeaders`) or grows past the limit is sent on at
  * once, marked with the bypass header, and reported as passed through when it ends.
  *
@@ -54,6 +57,12 @@ export class ResponseCapture {
   /** What `start` put on the response, to tell them from a later middleware's wrappers. */
   #interceptors: Originals | undefined;
   #settle: (captured: CapturedResponse) => void = () => {};
+  /**
+   * The headers already on the response when the handler started (Express's `X-Powered-By`, a header
+   * middleware mounted before the guard): the framework sets them again on every response, a replay
+   * included, so they are stored only if the handler changed them.
+   */
+  #before: OutgoingHttpHeaders | undefined;
   #held: CapturedResponse | undefined;
   /** Resolves when the handler's response is complete: held whole, or sent through. */
   readonly result: Promise<CapturedResponse>;
@@ -90,6 +99,7 @@ export class ResponseCapture {
     if (this.#state !== "idle") return;
     this.#state = "holding";
     const res = this.#res;
+    if (res.getHeaderNames().length > 0) this.#before = res.getHeaders();
     // Closed already (the client left while the key was claimed): no `close` event will come.
     if (res.destroyed) this.#onClose();
     else res.on("close", this.#onClose);
@@ -260,8 +270,10 @@ export class ResponseCapture {
 
   #snapshot(): StoredResponse {
     const headers: Array<readonly [string, string]> = [];
+    const before = this.#before;
     for (const [name, value] of Object.entries(this.#res.getHeaders())) {
       if (value === undefined) continue;
+      if (before !== undefined && sameHeader(before[name], value)) continue;
       if (Array.isArray(value)) for (const item of value) headers.push([name, String(item)]);
       else headers.push([name, String(value)]);
     }
@@ -301,6 +313,13 @@ export function sendStored(res: ServerResponse, response: StoredResponse): void 
   // before Node would count the body (the replay went out chunked), and loggers (morgan) read it.
   res.setHeader("content-length", response.body.byteLength);
   res.end(Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength));
+}
+
+/** Whether a header value is the one it was before the handler ran. */
+function sameHeader(before: OutgoingHttpHeader | undefined, now: OutgoingHttpHeader): boolean {
+  if (before === undefined) return false;
+  if (!Array.isArray(before) || !Array.isArray(now)) return String(before) === String(now);
+  return before.length === now.length && before.every((item, i) => item === now[i]);
 }
 
 /** Whether a header named `name` (any case) comes before index `at` (a few headers: no set built). */
