@@ -19,6 +19,8 @@ export const DEFAULT_WAIT_MS = 0;
 export interface SurfaceDefaults {
   /** See `GuardOptions.wait`. */
   readonly wait: number;
+  /** See `GuardOptions.leaseMs`. */
+  readonly leaseMs: number;
 }
 
 /**
@@ -26,13 +28,18 @@ export interface SurfaceDefaults {
  * live holder: a client's retry during the first request is answered with the first response rather
  * than 409. Brokers and Pub/Sub do not: the broker redelivers later, and a held message costs a
  * consumer slot.
+ *
+ * HTTP's lease is sized for a request, not a long job: 10 seconds. The heartbeat (on by default)
+ * renews it every `leaseMs / 3` while the handler works, so a slow handler keeps its key; a crashed
+ * server's key frees within 10 seconds, no longer than HTTP's `wait`, so a client's retry after the
+ * crash is served within its own wait instead of getting 409 for a minute.
  */
 export const SURFACE_DEFAULTS: Readonly<Record<string, Partial<SurfaceDefaults>>> = {
-  http: { wait: 10_000 },
+  http: { wait: 10_000, leaseMs: 10_000 },
 };
 
 /** The defaults of the surface named `name`: its row of `SURFACE_DEFAULTS` over the core's. */
 export function surfaceDefaults(name: string): SurfaceDefaults {
   const row = Object.hasOwn(SURFACE_DEFAULTS, name) ? SURFACE_DEFAULTS[name] : undefined;
-  return { wait: row?.wait ?? DEFAULT_WAIT_MS };
+  return { wait: row?.wait ?? DEFAULT_WAIT_MS, leaseMs: row?.leaseMs ?? DEFAULT_LEASE_MS };
 }

@@ -86,8 +86,10 @@ export class Guard<S, T = unknown> {
     this.#surface = surface;
     this.#logger = scopedLogger(config.logger ?? consoleLogger, surface.name);
     const { backend: _b, key: _k, allowUnguarded: _a, failOpen: _f, mode: _m, ...options } = config;
-    this.#options = options;
-    this.#wait = wait ?? surfaceDefaults(surface.name).wait;
+    const defaults = surfaceDefaults(surface.name);
+    // The surface's lease where its row sets one (HTTP's); the core's default otherwise.
+    this.#options = options.leaseMs === undefined ? { ...options, leaseMs: defaults.leaseMs } : options;
+    this.#wait = wait ?? defaults.wait;
     if (isBackend(backend)) this.#adopt(backend);
   }
 

@@ -43,7 +43,7 @@ export type BackendFactory = () => Backend | Promise<Backend>;
 /** Options every guard takes: the verbs and every surface. Defaults: `core/defaults.ts`. */
 export interface GuardOptions {
   readonly backend: Backend;
-  /** How long a claim holds the key without a renewal. @default 60_000 */
+  /** How long a claim holds the key without a renewal. @default 60_000 (HTTP: 10_000, see `SURFACE_DEFAULTS`) */
   readonly leaseMs?: number | undefined;
   /** How long a finished (or abandoned) record is kept: the de-duplication window. @default 86_400_000 */
   readonly ttlMs?: number | undefined;

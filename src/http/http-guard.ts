@@ -58,6 +58,13 @@ interface HttpSubject {
   readonly path: string;
 }
 
+/**
+ * The most a 409's `Retry-After` says: the holder's lease left when that is sooner (a dead holder's
+ * key frees then), else 2 seconds. A live holder's lease is renewed by its heartbeat, so the lease left
+ * says nothing about when it finishes; a retry waits up to `wait` for it anyway.
+ */
+const MAX_RETRY_AFTER_MS = 2_000;
+
 const surface: SurfaceSpec<HttpSubject> = {
   name: "http",
   wrapper: "idempotency",
@@ -317,7 +324,7 @@ export class HttpGuard<R> {
           response: this.#problem(
             "in-progress",
             "a request with this Idempotency-Key is still being processed; retry later",
-            outcome.retryAfterMs,
+            Math.min(outcome.retryAfterMs, MAX_RETRY_AFTER_MS),
           ),
           replayed: false,
         };

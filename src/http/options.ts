@@ -11,6 +11,11 @@ export const DEFAULT_METHODS: readonly string[] = ["POST", "PATCH"];
  * Read there; exported here for callers of `oncely/http`.
  */
 export const DEFAULT_WAIT_MS: number = surfaceDefaults("http").wait;
+/**
+ * HTTP's default `leaseMs`, as the core's defaults table sets it (`SURFACE_DEFAULTS.http`, 10
+ * seconds: sized for a request, the heartbeat renews it while the handler works). Read there.
+ */
+export const DEFAULT_HTTP_LEASE_MS: number = surfaceDefaults("http").leaseMs;
 /** @default 1 MiB */
 export const DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024;
 /** @default 1 MiB */
@@ -18,8 +23,8 @@ export const DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024;
 
 /**
  * The core options an HTTP surface takes (SPEC §11), as the core declares them: `backend` (or a
- * factory), `leaseMs`, `ttlMs`, `heartbeat`, `wait` (HTTP's default: 10 seconds), `clock`,
- * `storageRetries`, `storeTimeoutMs`, `failOpen`, `logger`, `onEvent`. Left out are the choices HTTP
+ * factory), `leaseMs` (HTTP's default: 10 seconds), `ttlMs`, `heartbeat`, `wait` (HTTP's default: 10
+ * seconds), `clock`, `storageRetries`, `storeTimeoutMs`, `failOpen`, `logger`, `onEvent`. Left out are the choices HTTP
  * makes itself: the key comes from the `Idempotency-Key` header (scoped by `scope`), the mode is
  * always `"lock"`, and the stored result is the response (see `maxResponseBytes`, `redact`).
  */

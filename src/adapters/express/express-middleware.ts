@@ -1,7 +1,6 @@
 import type { ServerResponse } from "node:http";
-import { DEFAULT_LEASE_MS } from "../../core/verbs.js";
 import { BYPASS_HEADER, HttpGuard } from "../../http/http-guard.js";
-import type { HttpIdempotencyOptions } from "../../http/options.js";
+import { DEFAULT_HTTP_LEASE_MS, type HttpIdempotencyOptions } from "../../http/options.js";
 import { type ParsedRequestLike, requestBody, splitUrl } from "../node/request-body.js";
 import { ResponseCapture, sendStored } from "../node/response-capture.js";
 
@@ -42,7 +41,7 @@ export function idempotency<Req extends ExpressRequestLike = ExpressRequestLike>
 ): ExpressMiddleware<Req> {
   const guard = new HttpGuard<Req>(options, "idempotency (express)");
   // How long a response closed before the handler ended it keeps its key waiting for `end()`.
-  const leaseMs = options.leaseMs ?? DEFAULT_LEASE_MS;
+  const leaseMs = options.leaseMs ?? DEFAULT_HTTP_LEASE_MS;
 
   async function guarded(req: Req, res: ServerResponse, next: ExpressNext, key: string): Promise<void> {
     const { path, query } = splitUrl(req.originalUrl ?? req.url ?? "/");

@@ -1,11 +1,10 @@
 import { validateHeaderName, validateHeaderValue } from "node:http";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { DEFAULT_LEASE_MS } from "../../core/defaults.js";
 import type { ScopedLogger } from "../../core/log.js";
 import { captureFetchResponse } from "../../http/fetch.js";
 import { isJsonContentType, type RequestBody } from "../../http/fingerprint.js";
 import { BYPASS_HEADER, type CapturedResponse, HttpGuard } from "../../http/http-guard.js";
-import type { HttpIdempotencyOptions } from "../../http/options.js";
+import { DEFAULT_HTTP_LEASE_MS, type HttpIdempotencyOptions } from "../../http/options.js";
 import type { StoredResponse } from "../../http/stored-response.js";
 import { NONE, parsedBody, splitUrl } from "../node/request-body.js";
 
@@ -233,7 +232,7 @@ export async function idempotency(
 ): Promise<void> {
   const guard = new HttpGuard<FastifyRequest>(options, "idempotency (fastify)");
   const logger = guard.logger;
-  const graceMs = options.leaseMs ?? DEFAULT_LEASE_MS;
+  const graceMs = options.leaseMs ?? DEFAULT_HTTP_LEASE_MS;
   // Each request's state lives on the request, in a slot of this registration's own (a symbol, so
   // two registrations never share one). Declared as a decorator so that Fastify's request
   // constructor sets it: every request keeps one shape, and no per-request `WeakMap` entry costs an
