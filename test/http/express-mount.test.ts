@@ -9,7 +9,7 @@ import type { AddressInfo } from "node:net";
 import express from "express";
 import express4 from "express4";
 import { afterAll, describe, expect, it } from "vitest";
-import { idempotency } from "../../src/adapters/express/index.js";
+import { type ExpressRequestLike, idempotency } from "../../src/adapters/express/index.js";
 import { MemoryBackend } from "../../src/backends/memory/index.js";
 import { silentLogger } from "../../src/core/events.js";
 
@@ -344,7 +344,8 @@ describe("Express: where the capture intercepts", () => {
 
 describe("the Express middleware on a plain Node server (no framework prototype to patch)", () => {
   it("holds, stores and replays the response through interceptors on the instance", async () => {
-    const guard = idempotency({ backend: new MemoryBackend(), logger: silentLogger });
+    // no Express request here: the structural type, named
+    const guard = idempotency<ExpressRequestLike>({ backend: new MemoryBackend(), logger: silentLogger });
     let runs = 0;
     const own: boolean[] = [];
     const server = createServer((req, res) => {

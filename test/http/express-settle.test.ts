@@ -12,7 +12,7 @@ import type { AddressInfo } from "node:net";
 import express from "express";
 import express4 from "express4";
 import { afterEach, describe, expect, it } from "vitest";
-import { idempotency } from "../../src/adapters/express/index.js";
+import { type ExpressRequestLike, idempotency } from "../../src/adapters/express/index.js";
 import { MemoryBackend } from "../../src/backends/memory/index.js";
 import type { OncelyEvent } from "../../src/core/events.js";
 import { recordingLogger } from "./harness.js";
@@ -151,7 +151,8 @@ describe.each([
 describe("the middleware on a plain Node server", () => {
   it("res.destroy(): the key is released (within one lease) and the retry runs the handler", async () => {
     const { options: opts } = options();
-    const middleware = idempotency(opts);
+    // no Express request here: the structural type, named
+    const middleware = idempotency<ExpressRequestLike>(opts);
     let runs = 0;
     const base = await listen((req, res) => {
       middleware(req, res, (error?: unknown) => {

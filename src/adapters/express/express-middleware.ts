@@ -1,4 +1,6 @@
 import type { ServerResponse } from "node:http";
+// Type only (erased from the JavaScript): Express's own request type, from `@types/express`.
+import type { Request as ExpressRequest } from "express";
 import { BYPASS_HEADER, HttpGuard } from "../../http/http-guard.js";
 import { DEFAULT_HTTP_LEASE_MS, type HttpIdempotencyOptions } from "../../http/options.js";
 import { type ParsedRequestLike, requestBody, splitUrl } from "../node/request-body.js";
@@ -11,6 +13,13 @@ import { ResponseCapture, sendStored } from "../node/response-capture.js";
 export interface ExpressRequestLike extends ParsedRequestLike {
   readonly originalUrl?: string;
 }
+
+/**
+ * The request type `idempotency()` infers when none is given: Express's `Request` (from
+ * `@types/express`), so `req.get(…)` in `scope` compiles; `ExpressRequestLike` when those types
+ * are not installed (their import is then `any` under `skipLibCheck`).
+ */
+export type DefaultExpressRequest = 0 extends 1 & ExpressRequest ? ExpressRequestLike : ExpressRequest;
 
 /** Express's `next`. */
 export type ExpressNext = (error?: unknown) => void;
@@ -31,12 +40,13 @@ export type ExpressMiddleware<Req extends ExpressRequestLike = ExpressRequestLik
  *
  * The handler's response is held back until the record is stored, then sent; a replay is the stored
  * status, headers and body with `Idempotent-Replayed: true`. Errors the handler passes to `next` reach
- * your error handlers as usual (their 5xx response releases the key). `scope` receives the `req`.
+ * your error handlers as usual (their 5xx response releases the key). `scope` receives the `req`,
+ * typed as Express's `Request` (install `@types/express`; Express 5 ships no types of its own).
  * Behaviour and options as `withIdempotency` (`oncely/http`).
  *
  * @throws ConfigurationError at mount time for options that cannot work
  */
-export function idempotency<Req extends ExpressRequestLike = ExpressRequestLike>(
+export function idempotency<Req extends ExpressRequestLike = DefaultExpressRequest>(
   options: HttpIdempotencyOptions<Req>,
 ): ExpressMiddleware<Req> {
   const guard = new HttpGuard<Req>(options, "idempotency (express)");
