@@ -162,6 +162,8 @@ describe.each([
       return listen(createServer(app));
     },
   ],
+  // the recipe for oncely's 400 on Cloud Run (docs/pubsub.md): the handler on a plain server
+  ["node:http", (fn: ReturnType<typeof idempotent>) => listen(createServer(fn))],
 ] as const)("malformed pushes behind %s", (server, start) => {
   it(`covers at least ten kinds (${KINDS.length})`, () => {
     expect(KINDS.length).toBeGreaterThanOrEqual(10);
