@@ -84,7 +84,9 @@ describe("datastore:// on a port nobody listens on", () => {
     expect(down.code).toBe(1);
     expect(down.stderr).toMatch(
       new RegExp(
-        `^\\[oncely\\] \\[datastore\\] cannot reach the Datastore emulator at 127\\.0\\.0\\.1:${port}\\b`,
+        // the CLI names the step first (connect failed), then the backend's own message
+        `^oncely inspect: connect failed \\(datastore://127\\.0\\.0\\.1:${port}\\?project=p\\): ` +
+          `\\[oncely\\] \\[datastore\\] cannot reach the Datastore emulator at 127\\.0\\.0\\.1:${port}\\b`,
       ),
     );
     expect(down.stderr).not.toMatch(/MetadataLookupWarning/);
