@@ -1,5 +1,5 @@
 /**
- * The request fingerprint (SPEC §6.4): a hash of the method, the canonical path, the sorted query and
+ * The request fingerprint: a hash of the method, the canonical path, the sorted query and
  * the body canonicalised by its content type, so that a client reusing a key for another payload is
  * told so (422) instead of being served the first payload's response.
  *

@@ -1,5 +1,5 @@
 /**
- * The policy every HTTP surface shares (SPEC §6), as a translator of the core guard's outcomes:
+ * The policy every HTTP surface shares, as a translator of the core guard's outcomes:
  * the Fetch API wrapper and the Express, Fastify and Hono adapters only move bytes between their
  * framework and this class.
  *
@@ -239,7 +239,7 @@ export class HttpGuard<R> {
   }
 
   /**
-   * Says that a keyed request's response is not stored although its status would be (SPEC §6.8): a
+   * Says that a keyed request's response is not stored although its status would be: a
    * warning line and an event (`complete_failed` for a response that ran under the claim, whose key
    * is released so a retry runs it again; `ran_unguarded` for a request that bypassed the claim),
    * each naming the `Idempotency-Bypass` reason. The response itself carries the header when its

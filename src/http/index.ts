@@ -1,5 +1,5 @@
 /**
- * `oncely/http`: the HTTP `Idempotency-Key` surface on the Fetch API (SPEC §6), and the pieces the
+ * `oncely/http`: the HTTP `Idempotency-Key` surface on the Fetch API, and the pieces the
  * framework adapters (`oncely/express`, `oncely/fastify`, `oncely/hono`) share.
  */
 export type { BackendFactory } from "../core/guard.js";

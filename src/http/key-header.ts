@@ -1,5 +1,5 @@
 /**
- * The `Idempotency-Key` request header (draft-ietf-httpapi-idempotency-key-header, SPEC §6.1).
+ * The `Idempotency-Key` request header (draft-ietf-httpapi-idempotency-key-header).
  *
  * The draft defines the value as a structured-field string (`"8e03978e-…"`); many clients send the
  * bare value (`8e03978e-…`). Both spell the same key. A value is accepted when it holds 1–255 bytes.

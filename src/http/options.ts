@@ -22,7 +22,7 @@ export const DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024;
 export const DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024;
 
 /**
- * The core options an HTTP surface takes (SPEC §11), as the core declares them: `backend` (or a
+ * The core options an HTTP surface takes, as the core declares them: `backend` (or a
  * factory), `leaseMs` (HTTP's default: 10 seconds), `ttlMs`, `heartbeat`, `wait` (HTTP's default: 10
  * seconds), `clock`, `storageRetries`, `storeTimeoutMs`, `failOpen`, `logger`, `onEvent`. Left out are the choices HTTP
  * makes itself: the key comes from the `Idempotency-Key` header (scoped by `scope`), the mode is

@@ -1,6 +1,6 @@
 /**
  * The HTTP surface's own answers, as `application/problem+json` (RFC 9457) with one stable `type`
- * URI per kind, and their status codes in each compatibility mode (SPEC §6.1, §6.4, §6.6, §6.7).
+ * URI per kind, and their status codes in each compatibility mode.
  *
  * | kind                  | `compat: "ietf"` | `compat: "stripe"` |
  * | --------------------- | ---------------- | ------------------ |

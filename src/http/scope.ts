@@ -1,5 +1,5 @@
 /**
- * The stored key of an HTTP request (SPEC §6.2): the client's `Idempotency-Key` is only unique within
+ * The stored key of an HTTP request: the client's `Idempotency-Key` is only unique within
  * one caller and one endpoint, so the record is keyed by a length-prefixed hash of (key, scope,
  * method, path). Two tenants sending the same key get two records, and never each other's replay.
  *

@@ -1,5 +1,5 @@
 /**
- * Which captured responses HTTP stores (SPEC §6.3, §6.8) and the bytes stored for each: `commit`
+ * Which captured responses HTTP stores and the bytes stored for each: `commit`
  * decides and prepares them, `codec` hands them to the core guard when it completes the key (and
  * reads a stored record back for a replay), and `refusal` says why a response whose status is stored
  * was not (too large, `redact` threw, not encodable).

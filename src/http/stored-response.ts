@@ -1,5 +1,5 @@
 /**
- * The response a first request stores and its duplicates replay (SPEC §6.3, §6.5): status, the
+ * The response a first request stores and its duplicates replay: status, the
  * headers worth replaying, and the body bytes verbatim.
  *
  * Which headers are stored is an allow-list, because a replay goes to whoever presents the key later:

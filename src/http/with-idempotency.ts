@@ -16,7 +16,7 @@ export type FetchHandler<A extends unknown[] = []> = (
 ) => Response | Promise<Response>;
 
 /**
- * Wraps a Fetch API handler with `Idempotency-Key` handling (SPEC §6) and returns a handler of the
+ * Wraps a Fetch API handler with `Idempotency-Key` handling and returns a handler of the
  * same type.
  *
  * - A `POST`/`PATCH` (see `methods`) with a key runs the handler once per (key, scope, method, path)

@@ -32,7 +32,7 @@ export type ExpressMiddleware<Req extends ExpressRequestLike = ExpressRequestLik
 ) => void;
 
 /**
- * Express middleware for `Idempotency-Key` (SPEC §6), for Express 5 and 4. Mount it on the routes it
+ * Express middleware for `Idempotency-Key`, for Express 5 and 4. Mount it on the routes it
  * guards (`app.post("/orders", idempotency(opts), handler)` or `app.use("/orders", …)`); it works
  * mounted before or after `express.json()`, `express.raw()`, `express.text()` and
  * `express.urlencoded()` (forms with `extended: false`, Express 5's default), with the same

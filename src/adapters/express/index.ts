@@ -1,4 +1,4 @@
-/** `oncely/express`: `Idempotency-Key` middleware for Express 5 and 4 (SPEC §6). */
+/** `oncely/express`: `Idempotency-Key` middleware for Express 5 and 4. */
 
 export type { HttpIdempotencyOptions, StoredResponse } from "../../http/index.js";
 export {

@@ -204,7 +204,7 @@ function sendStored(reply: FastifyReply, response: StoredResponse, logger: Scope
 }
 
 /**
- * Fastify 5 plugin for `Idempotency-Key` (SPEC §6): `await app.register(idempotency, options)`.
+ * Fastify 5 plugin for `Idempotency-Key`: `await app.register(idempotency, options)`.
  *
  * Encapsulation-aware: it guards the routes of the context it is registered in (and that context's
  * children), not its siblings — register it inside a plugin to guard only that plugin's routes.

@@ -67,7 +67,7 @@ async function honoBody(req: HonoRequest, maxBytes: number): Promise<RequestBody
 export type HonoIdempotencyOptions = HttpIdempotencyOptions<Context>;
 
 /**
- * Hono middleware for `Idempotency-Key` (SPEC §6): `app.use("/orders/*", idempotency(options))`.
+ * Hono middleware for `Idempotency-Key`: `app.use("/orders/*", idempotency(options))`.
  * The handler's response (`c.res`) is stored before the middleware returns it; a replay is the stored
  * status, headers and body with `Idempotent-Replayed: true`. The body read for the fingerprint is
  * put back (`c.req.raw` is the same request with an unread body), so `c.req.json()` and `c.req.raw`

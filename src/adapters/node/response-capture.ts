@@ -1,5 +1,5 @@
 /**
- * Holding a Node `ServerResponse` back until the record is committed (SPEC §6.3): while the handler
+ * Holding a Node `ServerResponse` back until the record is committed: while the handler
  * runs, `writeHead`, `write`, `end` and `flushHeaders` are intercepted; a response ended in one piece
  * is kept whole (status, headers, body) and sent by `release()` once the guard has stored it. Headers
  * already on the response when `start()` runs (Express's `X-Powered-By`, a header middleware mounted
@@ -20,7 +20,7 @@
  * documented way `compression` and `on-headers` wrap a response too); no prototype is modified, so
  * other apps of the same Express copy, responses nobody guards, and other packages that patch
  * prototypes (APM agents, OpenTelemetry's HTTP instrumentation) see Node's and Express's methods as
- * they were (SPEC §11). A middleware that wrapped a method on the instance before (compression,
+ * they were. A middleware that wrapped a method on the instance before (compression,
  * `on-headers`) is called through as before: its wrapper is the method the capture calls on. The
  * price: Express re-parents every response onto its app's prototype, so no two responses share a
  * hidden class and each of the four stores builds one (about 26–28 µs of CPU per guarded request on
@@ -294,7 +294,7 @@ export class ResponseCapture {
 /**
  * Sends a stored or problem response on a Node response that nothing was written to. A header an
  * earlier middleware already set on this response (Express's `X-Powered-By`, helmet's headers) is
- * replaced by the stored one, never sent twice: the stored headers are the response (SPEC §6.5).
+ * replaced by the stored one, never sent twice: the stored headers are the response.
  * `Content-Length` is set from the body.
  */
 export function sendStored(res: ServerResponse, response: StoredResponse): void {
