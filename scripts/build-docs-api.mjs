@@ -23,6 +23,12 @@ const sources = {
   "./backend-kit": "src/backend-kit.ts",
   "./rabbitmq": "src/brokers/rabbitmq/index.ts",
   "./nats": "src/brokers/nats/index.ts",
+  "./bullmq": "src/brokers/bullmq/index.ts",
+  "./lambda": "src/lambda/index.ts",
+  "./middy": "src/lambda/middy.ts",
+  "./mcp": "src/mcp/index.ts",
+  "./koa": "src/adapters/koa/index.ts",
+  "./nestjs": "src/adapters/nestjs/index.ts",
 };
 // Regenerated only when a source file, package.json or this script is newer than the last output.
 function newest(path) {

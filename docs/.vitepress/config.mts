@@ -73,6 +73,11 @@ export default defineConfig({
           { text: "Testing Pub/Sub handlers", link: "/pubsub-testing" },
           { text: "HTTP Idempotency-Key", link: "/http" },
           { text: "RabbitMQ and NATS", link: "/brokers" },
+          { text: "BullMQ job queues", link: "/bullmq" },
+          { text: "AWS Lambda and Middy", link: "/lambda" },
+          { text: "MCP tool calls", link: "/mcp" },
+          { text: "Koa", link: "/koa" },
+          { text: "NestJS", link: "/nestjs" },
           { text: "PostgreSQL reservation", link: "/reservation" },
           { text: "Building a surface", link: "/surfaces" },
         ],
@@ -96,6 +101,7 @@ export default defineConfig({
           { text: "The state machine", link: "/concepts/state-machine" },
           { text: "Invariants you choose", link: "/concepts/invariants" },
           { text: "Failure modes", link: "/concepts/failure-modes" },
+          { text: "Proof: model and partitions", link: "/concepts/proof" },
         ],
       },
       {
@@ -107,7 +113,13 @@ export default defineConfig({
           { text: "Production checklist", link: "/operations/checklist" },
         ],
       },
-      { text: "Benchmarks", items: [{ text: "Method and results", link: "/benchmarks" }] },
+      {
+        text: "Benchmarks",
+        items: [
+          { text: "Method and results", link: "/benchmarks" },
+          { text: "Scale", link: "/scale" },
+        ],
+      },
       {
         text: "API reference",
         collapsed: true,
