@@ -101,7 +101,8 @@ export default defineConfig({
           { text: "The state machine", link: "/concepts/state-machine" },
           { text: "Invariants you choose", link: "/concepts/invariants" },
           { text: "Failure modes", link: "/concepts/failure-modes" },
-          { text: "Proof: model and partitions", link: "/concepts/proof" },
+          { text: "Proof: the model", link: "/concepts/proof" },
+          { text: "Proof: network partitions", link: "/concepts/partitions" },
         ],
       },
       {
