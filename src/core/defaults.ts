@@ -36,6 +36,9 @@ export interface SurfaceDefaults {
  */
 export const SURFACE_DEFAULTS: Readonly<Record<string, Partial<SurfaceDefaults>>> = {
   http: { wait: 10_000, leaseMs: 10_000 },
+  // An MCP tool call is a request too: an agent's retry during the first call gets its result, and a
+  // killed server's key frees within the wait (the heartbeat keeps a long tool's key).
+  mcp: { wait: 10_000, leaseMs: 10_000 },
 };
 
 /** The defaults of the surface named `name`: its row of `SURFACE_DEFAULTS` over the core's. */
