@@ -1,0 +1,461 @@
+// `npm run bench:http-peers`: the HTTP Idempotency-Key path on Redis beside the peers, in one run.
+// Contenders, each on Express 5 and Fastify 5 against the same private Redis: oncely (RedisBackend on
+// ioredis), the floor (a minimal fenced guard written inline, see server.mjs), express-idempotency
+// 1.0.6 with a Redis data adapter (Express only), @node-idempotency/core 1.0.11 with its Redis adapter
+// 1.0.2; and the bare app of the same round as the baseline. Every server is its own process, the load
+// (autocannon, bench/http/load.mjs) another; rounds interleave the contenders and the table shows
+// medians. Per row: requests/s as a ratio to the bare app, the server's CPU µs per request (/proc),
+// Redis CPU µs per request (INFO cpu) and Redis commands per request (INFO commandstats, which counts
+// the commands a script runs too), for new keys and for replays of one key.
+//
+// Then the correctness table: every contender through the same cases — 20 concurrent duplicates of one
+// key (handler executions), a server killed mid-handler then the client's retry (is the key freed, or
+// stuck?), a handler that throws (the framework's error handler answers), a 500 (stored and replayed, or
+// run again?), and clients that disconnect before the reply (does the retry run the handler again?).
+//
+// Options: --short (1 s per measurement, one round, fewer disconnects: for CI), --seconds N (default 4),
+// --rounds N (default 3), --connections N (default 10), --only express,fastify, --speed-only,
+// --correctness-only, --redis-server PATH (default redis-server; the bench starts its own on a free
+// port and stops it at the end), --json FILE (writes the figures). ONCELY_DIST: oncely's dist/.
+import { execFileSync, spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { readFileSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { Redis } from "ioredis";
+
+const args = process.argv.slice(2);
+const option = (name, fallback) => {
+  const at = args.indexOf(`--${name}`);
+  return at === -1 ? fallback : args[at + 1];
+};
+const short = args.includes("--short");
+const seconds = Number(option("seconds", short ? "1" : "4"));
+const rounds = Number(option("rounds", short ? "1" : "3"));
+const connections = Number(option("connections", "10"));
+const frameworks = option("only", "express,fastify").split(",");
+const speed = !args.includes("--correctness-only");
+const correctness = !args.includes("--speed-only");
+const jsonOut = option("json", undefined);
+const here = (file) => fileURLToPath(new URL(file, import.meta.url));
+const log = (text) => process.stderr.write(`[http-peers] ${text}\n`);
+
+const CONTENDERS = {
+  express: ["oncely", "floor", "express-idempotency", "node-idempotency"],
+  fastify: ["oncely", "floor", "node-idempotency"],
+};
+const LABEL = {
+  oncely: "oncely",
+  floor: "floor (inline fenced guard)",
+  "express-idempotency": "express-idempotency + Redis adapter",
+  "node-idempotency": "@node-idempotency core + Redis adapter",
+};
+
+// --- a private Redis: INFO's CPU and command counters then see this bench alone --------------------
+async function freePort() {
+  const server = createServer();
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+const redisPort = await freePort();
+const redisChild = spawn(
+  option("redis-server", "redis-server"),
+  ["--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+  { stdio: "ignore" },
+);
+const redisUrl = `redis://127.0.0.1:${redisPort}`;
+const children = new Set([redisChild]);
+const stopAll = () => {
+  for (const child of children)
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+};
+process.on("exit", stopAll);
+for (const signal of ["SIGINT", "SIGTERM"]) process.on(signal, () => process.exit(1));
+const redis = new Redis(redisUrl, { retryStrategy: (n) => (n > 50 ? null : 100) });
+await redis.ping();
+const redisVersion = /redis_version:(\S+)/.exec(await redis.info("server"))?.[1];
+
+async function redisCounters() {
+  const [cpu, stats] = await Promise.all([redis.info("cpu"), redis.info("commandstats")]);
+  const seconds = (name) => Number(new RegExp(`${name}:([\\d.]+)`).exec(cpu)?.[1] ?? Number.NaN);
+  const calls = {};
+  for (const match of stats.matchAll(/cmdstat_([^:]+):calls=(\d+)/g)) calls[match[1]] = Number(match[2]);
+  return { cpu: seconds("used_cpu_sys") + seconds("used_cpu_user"), calls };
+}
+const IGNORED = new Set(["info", "ping", "client", "hello", "select", "config", "cluster", "command"]);
+
+// --- processes ---------------------------------------------------------------------------------------
+function startServer(framework, variant, env = {}) {
+  const child = spawn(process.execPath, [here("./server.mjs"), framework, variant], {
+    stdio: ["ignore", "pipe", "inherit"],
+    env: { ...process.env, REDIS_URL: redisUrl, NAMESPACE: `p${randomUUID().slice(0, 8)}`, ...env },
+  });
+  children.add(child);
+  child.once("exit", () => children.delete(child));
+  const ran = [];
+  return new Promise((resolve, reject) => {
+    child.once("exit", (code) => reject(new Error(`${framework} ${variant} server exited (${code})`)));
+    createInterface({ input: child.stdout }).on("line", (line) => {
+      const message = JSON.parse(line);
+      if ("ran" in message) ran.push(message.ran);
+      if ("listening" in message) {
+        resolve({ child, ran, base: `http://127.0.0.1:${message.listening}` });
+      }
+    });
+  });
+}
+const stop = (server) =>
+  new Promise((resolve) => {
+    if (server.child.exitCode !== null || server.child.signalCode !== null) return resolve();
+    server.child.removeAllListeners("exit");
+    server.child.once("exit", resolve);
+    server.child.kill("SIGKILL");
+  });
+
+function load(url, mode, duration) {
+  const child = spawn(
+    process.execPath,
+    [here("../http/load.mjs"), url, mode, String(duration), String(connections), "0"],
+    { stdio: ["ignore", "pipe", "inherit"] },
+  );
+  children.add(child);
+  return new Promise((resolve, reject) => {
+    let out = "";
+    child.stdout.on("data", (chunk) => {
+      out += chunk;
+    });
+    child.once("exit", (code) => {
+      children.delete(child);
+      code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`load exited ${code}`));
+    });
+  });
+}
+
+const ticksPerSecond = (() => {
+  try {
+    return Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
+  } catch {
+    return 100;
+  }
+})();
+/** CPU seconds (user + system) a process used so far, from /proc (Linux). */
+function cpuSeconds(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / ticksPerSecond;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+// --- speed -------------------------------------------------------------------------------------------
+async function measure(framework, variant, mode) {
+  const server = await startServer(framework, variant);
+  try {
+    const url = `${server.base}/orders`;
+    await load(url, mode, short ? 0.5 : 1); // warm-up, discarded
+    const node = cpuSeconds(server.child.pid);
+    const before = await redisCounters();
+    const result = await load(url, mode, seconds);
+    const after = await redisCounters();
+    const nodeCpu = cpuSeconds(server.child.pid) - node;
+    const commands = {};
+    let total = 0;
+    for (const [name, calls] of Object.entries(after.calls)) {
+      if (IGNORED.has(name)) continue;
+      const delta = calls - (before.calls[name] ?? 0);
+      if (delta > 0) {
+        commands[name] = delta / result.total;
+        total += delta;
+      }
+    }
+    return {
+      ...result,
+      nodeUs: (nodeCpu * 1e6) / result.total,
+      redisUs: ((after.cpu - before.cpu) * 1e6) / result.total,
+      commands: total / result.total,
+      perCommand: commands,
+    };
+  } finally {
+    await stop(server);
+  }
+}
+
+const median = (values) => {
+  const sorted = values.filter((v) => Number.isFinite(v)).sort((a, b) => a - b);
+  if (sorted.length === 0) return Number.NaN;
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+};
+
+const speedRows = [];
+if (speed) {
+  const plan = [];
+  for (const framework of frameworks) {
+    plan.push([framework, "bare", "new"]);
+    for (const variant of CONTENDERS[framework]) {
+      plan.push([framework, variant, "new"]);
+      plan.push([framework, variant, "replay"]);
+    }
+  }
+  const results = new Map();
+  for (let round = 1; round <= rounds; round++) {
+    for (const [framework, variant, mode] of plan) {
+      const id = `${framework}|${variant}|${mode}`;
+      const result = await measure(framework, variant, mode);
+      if (result.non2xx > 0 || result.errors > 0)
+        log(`${id}: ${result.non2xx} non-2xx, ${result.errors} errors of ${result.total}`);
+      const bare = results.get(`${framework}|bare|new`)?.[round - 1];
+      result.ratio = bare === undefined ? 1 : result.rps / bare.rps; // to the bare app of this round
+      results.set(id, [...(results.get(id) ?? []), result]);
+      log(
+        `round ${round}/${rounds} ${id}: ${Math.round(result.rps)} req/s, ratio ${result.ratio.toFixed(2)}`,
+      );
+    }
+  }
+  const stat = (id, field) => median((results.get(id) ?? []).map((r) => r[field]));
+  for (const framework of frameworks) {
+    for (const variant of ["bare", ...CONTENDERS[framework]]) {
+      const fresh = `${framework}|${variant}|new`;
+      const replay = `${framework}|${variant}|replay`;
+      const perCommand = {};
+      for (const r of results.get(fresh)) {
+        for (const [name, n] of Object.entries(r.perCommand)) perCommand[name] = (perCommand[name] ?? 0) + n;
+      }
+      const n = results.get(fresh).length;
+      speedRows.push({
+        framework,
+        variant,
+        rpsNew: stat(fresh, "rps"),
+        ratioNew: stat(fresh, "ratio"),
+        ratioReplay: variant === "bare" ? Number.NaN : stat(replay, "ratio"),
+        nodeUsNew: stat(fresh, "nodeUs"),
+        nodeUsReplay: variant === "bare" ? Number.NaN : stat(replay, "nodeUs"),
+        redisUsNew: stat(fresh, "redisUs"),
+        redisUsReplay: variant === "bare" ? Number.NaN : stat(replay, "redisUs"),
+        commandsNew: stat(fresh, "commands"),
+        commandsReplay: variant === "bare" ? Number.NaN : stat(replay, "commands"),
+        perCommandNew: Object.fromEntries(
+          Object.entries(perCommand)
+            .map(([name, total]) => [name, Number((total / n).toFixed(2))])
+            .filter(([, value]) => value >= 0.01),
+        ),
+      });
+    }
+  }
+}
+
+// --- correctness -------------------------------------------------------------------------------------
+const CHECK_LEASE_MS = 2_000;
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+const BODY = JSON.stringify({ item: "book", qty: 1 });
+async function post(base, key, headers = {}, signal) {
+  const response = await fetch(`${base}/orders`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "idempotency-key": key, ...headers },
+    body: BODY,
+    signal,
+  });
+  return { status: response.status, body: await response.text(), headers: response.headers };
+}
+const runs = (server, key) => server.ran.filter((k) => k === key).length;
+
+async function checkContender(framework, variant) {
+  // NODE_ENV=test: Express's default error handler answers without printing every stack
+  const env = { CHECK: "1", LEASE_MS: String(CHECK_LEASE_MS), NODE_ENV: "test" };
+  const server = await startServer(framework, variant, env);
+  const cases = {};
+  try {
+    // 1. 20 concurrent duplicates of one key: one execution; afterwards the key replays the 2xx.
+    {
+      const key = randomUUID();
+      const replies = await Promise.all(
+        Array.from({ length: 20 }, () =>
+          post(server.base, key, { "x-delay": "300" }).catch(() => ({ status: 0 })),
+        ),
+      );
+      await sleep(300);
+      const after = await post(server.base, key);
+      const executions = runs(server, key);
+      const statuses = {};
+      for (const r of replies) statuses[r.status] = (statuses[r.status] ?? 0) + 1;
+      cases.duplicates = {
+        pass: executions === 1 && after.status === 201,
+        detail: `${executions} execution${executions === 1 ? "" : "s"}; replies ${Object.entries(statuses)
+          .map(([s, n]) => `${n}×${s}`)
+          .join(" ")}; then ${after.status}`,
+      };
+    }
+    // 2. The handler throws; the framework's error handler answers. The retry must run the handler.
+    {
+      const key = randomUUID();
+      const first = await post(server.base, key, { "x-fail": "throw" });
+      const retry = await post(server.base, key);
+      const executions = runs(server, key);
+      cases.thrown = {
+        pass: retry.status === 201 && executions === 2,
+        detail: `${first.status}, retry ${retry.status}${retry.status === 201 ? "" : " (key held or replayed)"}`,
+      };
+    }
+    // 3. A 500 answer: never stored, the retry runs the handler again.
+    {
+      const key = randomUUID();
+      const first = await post(server.base, key, { "x-fail": "500" });
+      const retry = await post(server.base, key);
+      const executions = runs(server, key);
+      cases.error500 = {
+        pass: first.status === 500 && retry.status === 201 && executions === 2,
+        detail: `retry ${retry.status}${retry.headers?.get?.("idempotent-replayed") ? " (replayed)" : ""}, ${executions} executions`,
+      };
+    }
+    // 4. Clients that leave before the reply: the handler finishes; the retry must not run it again.
+    {
+      const n = short ? 5 : 20;
+      const keys = Array.from({ length: n }, () => randomUUID());
+      await Promise.all(
+        keys.map(async (key) => {
+          const controller = new AbortController();
+          const cut = post(server.base, key, { "x-delay": "300" }, controller.signal).catch(() => undefined);
+          await sleep(60);
+          controller.abort();
+          await cut;
+        }),
+      );
+      await sleep(800);
+      const retries = await Promise.all(keys.map((key) => post(server.base, key)));
+      const reran = keys.filter((key) => runs(server, key) > 1).length;
+      const statuses = {};
+      for (const r of retries) statuses[r.status] = (statuses[r.status] ?? 0) + 1;
+      cases.disconnect = {
+        pass: reran === 0 && retries.every((r) => r.status === 201),
+        detail: `re-ran ${reran}/${n}; retries ${Object.entries(statuses)
+          .map(([s, c]) => `${c}×${s}`)
+          .join(" ")}`,
+      };
+    }
+  } finally {
+    await stop(server);
+  }
+  // 5. The server is killed mid-handler; a fresh process serves the client's retries (Retry-After
+  // honoured, at least every 250 ms) for up to the lease plus 5 s: is the key freed, or stuck?
+  {
+    const namespace = `p${randomUUID().slice(0, 8)}`;
+    const key = randomUUID();
+    const doomed = await startServer(framework, variant, { ...env, NAMESPACE: namespace });
+    const cut = post(doomed.base, key, { "x-hang": "1" }).catch(() => undefined);
+    for (let i = 0; i < 200 && runs(doomed, key) === 0; i++) await sleep(25);
+    await stop(doomed);
+    const started = Date.now();
+    await cut;
+    const fresh = await startServer(framework, variant, { ...env, NAMESPACE: namespace });
+    try {
+      const deadline = started + CHECK_LEASE_MS + 5_000;
+      let last;
+      while (Date.now() < deadline) {
+        last = await post(fresh.base, key);
+        if (last.status === 201) break;
+        const after = Number(last.headers.get("retry-after") ?? 0);
+        await sleep(Math.max(250, Math.min(after * 1000, deadline - Date.now())));
+      }
+      const freed = last?.status === 201 && runs(fresh, key) === 1;
+      cases.crash = {
+        pass: freed,
+        detail: freed
+          ? `freed after ${((Date.now() - started) / 1000).toFixed(1)} s`
+          : `stuck: still ${last?.status} after ${((Date.now() - started) / 1000).toFixed(0)} s`,
+      };
+    } finally {
+      await stop(fresh);
+    }
+  }
+  return cases;
+}
+
+const CASES = [
+  ["duplicates", "20 concurrent duplicates"],
+  ["crash", "killed mid-handler, then retried"],
+  ["thrown", "handler throws"],
+  ["error500", "a 500 answer"],
+  ["disconnect", "client left before the reply"],
+];
+const checkRows = [];
+if (correctness) {
+  const jobs = [];
+  for (const framework of frameworks) {
+    for (const variant of CONTENDERS[framework]) {
+      jobs.push(
+        checkContender(framework, variant).then(
+          (cases) => checkRows.push({ framework, variant, cases }),
+          (error) => checkRows.push({ framework, variant, error: String(error) }),
+        ),
+      );
+    }
+  }
+  await Promise.all(jobs);
+  checkRows.sort(
+    (a, b) =>
+      frameworks.indexOf(a.framework) - frameworks.indexOf(b.framework) ||
+      CONTENDERS[a.framework].indexOf(a.variant) - CONTENDERS[b.framework].indexOf(b.variant),
+  );
+}
+
+// --- tables ------------------------------------------------------------------------------------------
+const fixed = (value, digits = 2) => (Number.isFinite(value) ? value.toFixed(digits) : "—");
+const whole = (value) => (Number.isFinite(value) ? String(Math.round(value)) : "—");
+const date = new Date().toISOString().slice(0, 10);
+const lines = [];
+lines.push(
+  `HTTP Idempotency-Key path on Redis ${redisVersion}, ${date}: ${connections} connections, ${seconds} s per measurement, ${rounds} round(s), medians; ratios to the bare app of the same round`,
+);
+if (speed) {
+  lines.push("");
+  lines.push(
+    "| framework | contender | new keys × bare | replays × bare | Node µs/req new / replay | Redis µs/req new / replay | Redis commands new / replay |",
+  );
+  lines.push("|---|---|---:|---:|---:|---:|---:|");
+  for (const row of speedRows) {
+    const bare = row.variant === "bare";
+    lines.push(
+      `| ${row.framework} | ${bare ? `bare app (${Math.round(row.rpsNew)} req/s)` : LABEL[row.variant]} | ${bare ? "1.00" : fixed(row.ratioNew)} | ${bare ? "" : fixed(row.ratioReplay)} | ${whole(row.nodeUsNew)}${bare ? "" : ` / ${whole(row.nodeUsReplay)}`} | ${bare ? "" : `${whole(row.redisUsNew)} / ${whole(row.redisUsReplay)}`} | ${bare ? "" : `${fixed(row.commandsNew, 1)} / ${fixed(row.commandsReplay, 1)}`} |`,
+    );
+  }
+  lines.push("");
+  lines.push("Redis commands per new key, by command (INFO commandstats, script commands included):");
+  for (const row of speedRows) {
+    if (row.variant === "bare") continue;
+    const parts = Object.entries(row.perCommandNew)
+      .map(([name, n]) => `${name} ${n}`)
+      .join(", ");
+    lines.push(`- ${row.framework} ${LABEL[row.variant]}: ${parts}`);
+  }
+}
+if (correctness) {
+  lines.push("");
+  lines.push(`| framework | contender | ${CASES.map(([, title]) => title).join(" | ")} |`);
+  lines.push(`|---|---|${CASES.map(() => "---").join("|")}|`);
+  for (const row of checkRows) {
+    const cells = CASES.map(([id]) => {
+      if (row.error !== undefined) return `error: ${row.error}`;
+      const c = row.cases[id];
+      return `${c.pass ? "pass" : "FAIL"}: ${c.detail}`;
+    });
+    lines.push(`| ${row.framework} | ${LABEL[row.variant]} | ${cells.join(" | ")} |`);
+  }
+  lines.push("");
+  lines.push(
+    `(oncely and the floor run with a ${CHECK_LEASE_MS / 1000} s lease here; the peers keep a key for their ttl, 24 h.)`,
+  );
+}
+process.stdout.write(`${lines.join("\n")}\n`);
+if (jsonOut !== undefined) {
+  writeFileSync(
+    jsonOut,
+    JSON.stringify({ date, redisVersion, seconds, rounds, connections, speedRows, checkRows }, null, 2),
+  );
+}
+redis.disconnect();
+stopAll();
