@@ -1,3 +1,4 @@
-// Placeholder while this entry is built (session 2026-12-03); replaced by its surface.
-/** @internal */
-export const PLACEHOLDER = true;
+/** `oncely/koa`: `Idempotency-Key` middleware for Koa 3 and 2. */
+
+export type { HttpIdempotencyOptions, StoredResponse } from "../../http/index.js";
+export { idempotency, type KoaIdempotencyOptions } from "./koa-middleware.js";
