@@ -1,3 +1,14 @@
-// Placeholder while this entry is built (session 2026-12-03); replaced by its surface.
-/** @internal */
-export const PLACEHOLDER = true;
+export {
+  type BullJobLike,
+  type BullWorkerTiming,
+  checkWorkerTiming,
+  type ResolvedWorkerTiming,
+} from "./bullmq-job.js";
+export {
+  bullmqDefaultKey,
+  type GuardedProcessor,
+  idempotentProcessor,
+  type ProcessorContext,
+  type ProcessorHandler,
+  type ProcessorOptions,
+} from "./bullmq-processor.js";
