@@ -39,6 +39,10 @@ export const SURFACE_DEFAULTS: Readonly<Record<string, Partial<SurfaceDefaults>>
   // An MCP tool call is a request too: an agent's retry during the first call gets its result, and a
   // killed server's key frees within the wait (the heartbeat keeps a long tool's key).
   mcp: { wait: 10_000, leaseMs: 10_000 },
+  // A Lambda invocation is bounded and its heartbeat dies with it at the timeout: a 10 s lease (also
+  // capped by the invocation's remaining time) frees a timed-out record's key before SQS, SNS or
+  // EventBridge delivers it again, instead of answering that redelivery "in progress" for a minute.
+  lambda: { leaseMs: 10_000 },
 };
 
 /** The defaults of the surface named `name`: its row of `SURFACE_DEFAULTS` over the core's. */
