@@ -15,7 +15,7 @@
 //
 // Options: --short (1 s per measurement, one round, fewer disconnects: for CI), --seconds N (default 4),
 // --rounds N (default 3), --connections N (default 10), --only express,fastify, --speed-only,
-// --correctness-only, --redis-server PATH (default redis-server; the bench starts its own on a free
+// --correctness-only, --baseline DIR, --contenders a,b, --redis-server PATH (default redis-server; the bench starts its own on a free
 // port and stops it at the end), --json FILE (writes the figures). ONCELY_DIST: oncely's dist/.
 import { execFileSync, spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
@@ -45,7 +45,17 @@ const CONTENDERS = {
   express: ["oncely", "floor", "express-idempotency", "node-idempotency"],
   fastify: ["oncely", "floor", "node-idempotency"],
 };
+// --baseline DIR: oncely from another dist/ (another build) as one more contender, to compare builds
+// in the same run; --contenders a,b: only these (the bare app always runs).
+const baseline = option("baseline", undefined);
+if (baseline !== undefined)
+  for (const list of Object.values(CONTENDERS)) list.splice(1, 0, "oncely-baseline");
+const only = option("contenders", undefined)?.split(",");
+if (only !== undefined)
+  for (const list of Object.values(CONTENDERS))
+    list.splice(0, list.length, ...list.filter((v) => only.includes(v)));
 const LABEL = {
+  "oncely-baseline": `oncely (${baseline})`,
   oncely: "oncely",
   floor: "floor (inline fenced guard)",
   "express-idempotency": "express-idempotency + Redis adapter",
@@ -89,9 +99,16 @@ const IGNORED = new Set(["info", "ping", "client", "hello", "select", "config", 
 
 // --- processes ---------------------------------------------------------------------------------------
 function startServer(framework, variant, env = {}) {
-  const child = spawn(process.execPath, [here("./server.mjs"), framework, variant], {
+  const base = variant === "oncely-baseline";
+  const child = spawn(process.execPath, [here("./server.mjs"), framework, base ? "oncely" : variant], {
     stdio: ["ignore", "pipe", "inherit"],
-    env: { ...process.env, REDIS_URL: redisUrl, NAMESPACE: `p${randomUUID().slice(0, 8)}`, ...env },
+    env: {
+      ...process.env,
+      REDIS_URL: redisUrl,
+      NAMESPACE: `p${randomUUID().slice(0, 8)}`,
+      ...(base ? { ONCELY_DIST: baseline } : {}),
+      ...env,
+    },
   });
   children.add(child);
   child.once("exit", () => children.delete(child));

@@ -13,13 +13,18 @@
 // Prints {"listening": port} once it serves.
 import { createHash, randomUUID } from "node:crypto";
 import { createServer } from "node:http";
+import { resolve } from "node:path";
+import { pathToFileURL } from "node:url";
 
 const [framework, variant] = process.argv.slice(2);
 const redisUrl = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
 const namespace = process.env.NAMESPACE ?? `peers-${randomUUID().slice(0, 8)}`;
 const check = process.env.CHECK === "1";
 const leaseMs = process.env.LEASE_MS === undefined ? undefined : Number(process.env.LEASE_MS);
-const dist = process.env.ONCELY_DIST ?? new URL("../../dist/", import.meta.url).href;
+const dist =
+  process.env.ONCELY_DIST === undefined
+    ? new URL("../../dist/", import.meta.url).href
+    : pathToFileURL(resolve(process.env.ONCELY_DIST)).href;
 const distUrl = (file) => new URL(file, dist.endsWith("/") ? dist : `${dist}/`).href;
 const say = (line) => process.stdout.write(`${JSON.stringify(line)}\n`);
 const TTL_MS = 86_400_000;

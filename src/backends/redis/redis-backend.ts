@@ -343,8 +343,9 @@ export class RedisBackend implements Backend {
    * absent key atomically and writes a fresh record whose times live in the key's expiry (server
    * clock; see FRESH_VERSION in redis-scripts.ts). When the key exists the same call returns its value
    * untouched; the outcomes that write nothing — held, done — are decided from it by `planClaim` with
-   * the server time read just before the SET (never later, so a lease or a ttl is at most judged a
-   * fraction of a millisecond longer than it lasts, never shorter). Every outcome that writes —
+   * a server time no later than the SET's (a recent `TIME` reading carried forward on the monotonic
+   * clock, see `Driver.tickTime`; so a lease or a ttl is at most judged a millisecond or two longer
+   * than it lasts, never shorter). Every outcome that writes —
    * reclaim, re-affirm, expiry, corrupt, a value that is not a string, a fresh record of another
    * holder, no time reading — goes to the claim script, which decides again from scratch; the token
    * makes that retry safe even when this SET took the key.
@@ -352,7 +353,7 @@ export class RedisBackend implements Backend {
   #plainClaim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
     const value = packFresh(this.#fresh, options.token, options.fingerprint);
     const lease = this.#lease;
-    const reading = this.#driver.tickTime(); // first: its TIME must precede the SET
+    const reading = this.#driver.tickTime(); // first: a TIME it sends must precede the SET
     return this.#driver.setNxGet(this.#key(key), value, this.#claimPx).then(
       (previous): ClaimOutcome | Promise<ClaimOutcome> => {
         const now = reading.ms;
@@ -370,9 +371,15 @@ export class RedisBackend implements Backend {
         }
         const raw = Buffer.isBuffer(previous) ? previous : Buffer.from(String(previous), "latin1");
         const plan = planClaim(decodeRecord(unpackRecord(key, raw)), key, now, options);
-        return plan.write === undefined
-          ? plan.outcome
-          : this.#scriptClaim(key, options, this.#claimArgs(options));
+        const outcome = plan.outcome;
+        // a lease or a ttl that ends within the reading's slack (a release just now, an expiry) is
+        // decided by the script, on the server's own TIME
+        const settled =
+          plan.write === undefined &&
+          (outcome.kind === "held"
+            ? outcome.leaseUntil - now > reading.slack
+            : outcome.kind !== "done" || outcome.expiresAt - now > reading.slack);
+        return settled ? outcome : this.#scriptClaim(key, options, this.#claimArgs(options));
       },
       (cause: unknown) => {
         const message = cause instanceof Error ? cause.message : "";

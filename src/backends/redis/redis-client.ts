@@ -69,10 +69,10 @@ export interface Driver {
   /** Whether `tickTime` and `setNxGet` may be used: standalone servers only (see `tickTime`). */
   readonly plain: boolean;
   /**
-   * The server time of this tick: the first call of a tick sends one `TIME`, and every later command
-   * of the tick goes after it on the same connection, so the reading (whole milliseconds, NaN until
-   * the reply is in or when it failed) is never later than any of them. On a Cluster `TIME` cannot be
-   * routed to a key's node, so there `plain` is false.
+   * The server time now, never later than it (whole milliseconds; NaN until a reading is in or when
+   * it failed): a recent `TIME` reading carried forward on the monotonic clock, or else one `TIME`
+   * sent first in this tick, ahead of every later command of the tick on the same connection. On a
+   * Cluster `TIME` cannot be routed to a key's node, so there `plain` is false.
    */
   tickTime(): TimeReading;
   /** `SET key value NX PX px GET`: resolves the previous value, null when this SET took the key. */
@@ -81,6 +81,12 @@ export interface Driver {
 
 export interface TimeReading {
   readonly ms: number;
+  /**
+   * How far below the server clock `ms` may be (ms): 0 for a `TIME` sent ahead of this tick's
+   * commands, else the round trip of the reading carried forward plus 2. An outcome that a clock this
+   * much later would change is not decided from the reading.
+   */
+  readonly slack: number;
 }
 
 /** `TIME` as the scripts read it: whole milliseconds of the server clock. */
@@ -90,29 +96,54 @@ function timeMs(reply: unknown): number {
   return Number(String(reply[0])) * 1000 + (us - (us % 1000)) / 1000;
 }
 
+/** How long one `TIME` reading stands in for the server clock before the next claim reads it again. */
+const CLOCK_REFRESH_MS = 1_000;
+
 /**
- * One `TIME` per tick for the tick's plain claims: it is sent before them on the same connection, so
- * the server runs it first and its reading is never later than any of their SETs. (It resolves first,
- * too: replies come in order, so the reading is in place when a SET's reply is handled; if not, the
- * claim sees NaN and takes the script path.)
+ * The server time for plain claims, read with one `TIME` and then carried forward on this process's
+ * monotonic clock (never `Date`), so that most claims send no `TIME` at all. A reading is a lower
+ * bound: the server ran `TIME` before its reply was handled here, so at any later instant the server
+ * clock is at least the reading plus the monotonic time elapsed since the reply was handled (less
+ * 1 ms for rate drift, far more than two clocks drift apart in `CLOCK_REFRESH_MS`). A lower bound is
+ * the direction the plain claim needs: a lease or a ttl is at worst judged a little longer than it
+ * lasts, never shorter, and every outcome that writes goes to the claim script, which reads `TIME`.
+ *
+ * When the reading is older than `CLOCK_REFRESH_MS` (or there is none yet) the first claim of the tick
+ * sends one `TIME` before its SET on the same connection: the server runs it first, and replies come
+ * in order, so the reading is in place when the SET's reply is handled (if not, the claim sees NaN
+ * and takes the script path).
  */
-class TickClock {
-  #reading: { ms: number } | undefined;
+class ServerClock {
+  #tick: { ms: number; slack: number } | undefined;
+  /** The last reading (server ms), `performance.now()` when its reply was handled, its round trip. */
+  #base = Number.NaN;
+  #at = 0;
+  #slack = 0;
   readonly #end = () => {
-    this.#reading = undefined;
+    this.#tick = undefined;
   };
 
   constructor(readonly read: () => Promise<unknown>) {}
 
   current(): TimeReading {
-    let reading = this.#reading;
+    const age = performance.now() - this.#at;
+    if (age >= 0 && age < CLOCK_REFRESH_MS && Number.isFinite(this.#base)) {
+      return { ms: Math.floor(this.#base + age) - 1, slack: this.#slack };
+    }
+    let reading = this.#tick;
     if (reading === undefined) {
-      const fresh = { ms: Number.NaN };
+      const fresh = { ms: Number.NaN, slack: 0 };
       reading = fresh;
-      this.#reading = fresh;
+      this.#tick = fresh;
+      const sent = performance.now();
       this.read().then(
         (reply) => {
           fresh.ms = timeMs(reply);
+          if (Number.isFinite(fresh.ms)) {
+            this.#base = fresh.ms;
+            this.#at = performance.now();
+            this.#slack = Math.ceil(this.#at - sent) + 2;
+          }
         },
         () => {
           // no reading: the claims of this tick take the script path
@@ -172,7 +203,7 @@ class IoredisDriver implements Driver {
   /** Corks the connection for one tick; off on a Cluster (one socket per node) and with auto-pipelining. */
   readonly #batching: boolean;
   readonly plain: boolean;
-  readonly #clock: TickClock;
+  readonly #clock: ServerClock;
   #corked: Corkable | undefined;
   /** Commands written into the corked socket since it was last flushed. */
   #pending = 0;
@@ -188,7 +219,7 @@ class IoredisDriver implements Driver {
     const options = (client as { options?: { enableAutoPipelining?: boolean } }).options;
     this.#batching = flavour === "ioredis" && options?.enableAutoPipelining !== true;
     this.plain = flavour === "ioredis";
-    this.#clock = new TickClock(() => this.#client.time());
+    this.#clock = new ServerClock(() => this.#client.time());
   }
 
   /**
@@ -301,14 +332,14 @@ class NodeRedisDriver implements Driver {
   readonly #cluster: boolean;
 
   readonly plain: boolean;
-  readonly #clock: TickClock;
+  readonly #clock: ServerClock;
 
   constructor(client: NodeRedisLike, flavour: RedisFlavour) {
     this.#client = client;
     this.flavour = flavour;
     this.#cluster = flavour === "node-redis-cluster";
     this.plain = !this.#cluster;
-    this.#clock = new TickClock(() => this.#client.sendCommand(["TIME"]));
+    this.#clock = new ServerClock(() => this.#client.sendCommand(["TIME"]));
   }
 
   /** node-redis writes a tick's commands together, in order, by itself. */
