@@ -537,7 +537,7 @@ describe("results, keys and errors", () => {
     let failNext = true;
     const batching: Backend = Object.assign(Object.create(inner) as Backend, {
       name: inner.name,
-      capabilities: inner.capabilities,
+      capabilities: { ...inner.capabilities, batchClaim: true },
       claim: inner.claim.bind(inner),
       complete: inner.complete.bind(inner),
       release: inner.release.bind(inner),

@@ -1,8 +1,10 @@
 /**
- * Same-tick claim batching for backends with `claimMany`: a pull subscriber hands over a burst of
- * messages at once, and each message's guard claims its own key. Claims made in one tick are sent as
- * one `claimMany` (one round trip) instead of one round trip each. Every other method passes through.
+ * Same-tick claim batching for backends that declare `capabilities.batchClaim`: a pull subscriber
+ * hands over a burst of messages at once, and each message's guard claims its own key. Claims made in
+ * one tick are sent as one `claimMany` (one round trip) instead of one round trip each. Every other
+ * method passes through.
  */
+import { ConfigurationError } from "./errors.js";
 import type { Backend, Claim, ClaimOptions, ClaimOutcome, CompleteOptions, StoredRecord } from "./types.js";
 
 interface PendingClaim {
@@ -83,11 +85,19 @@ class CoalescingBackend implements Backend {
 }
 
 /**
- * Wraps `backend` so that claims made in the same tick go out as one `claimMany`. A backend without
- * `claimMany` is returned as it is. Errors reach every claim of the failed batch (the verbs retry
+ * Wraps `backend` so that claims made in the same tick go out as one `claimMany`, when the backend
+ * declares `capabilities.batchClaim`; any other backend is returned as it is (a `claimMany` it has
+ * without declaring it is not used). Errors reach every claim of the failed batch (the verbs retry
  * each one on its own, with its own token).
+ *
+ * @throws ConfigurationError when the backend declares `batchClaim` but has no `claimMany`
  */
 export function coalesceClaims(backend: Backend): Backend {
-  if (typeof backend.claimMany !== "function") return backend;
+  if (backend.capabilities?.batchClaim !== true) return backend;
+  if (typeof backend.claimMany !== "function") {
+    throw new ConfigurationError(
+      `backend "${backend.name}" declares capabilities.batchClaim but has no claimMany method; declare batchClaim: false or implement claimMany`,
+    );
+  }
   return new CoalescingBackend(backend as Backend & Required<Pick<Backend, "claimMany">>);
 }
