@@ -1,3 +1,17 @@
-// Placeholder while this entry is built (session 2026-12-03); replaced by its surface.
-/** @internal */
-export const PLACEHOLDER = true;
+/**
+ * `oncely/nestjs`: `OncelyModule` and `@Idempotent()` for NestJS 10 to 12: HTTP controllers on the
+ * Express and Fastify platforms (`Idempotency-Key`), and `@EventPattern`/`@MessagePattern` handlers
+ * on the microservice transports (RabbitMQ, NATS).
+ */
+
+export type { HttpIdempotencyOptions, StoredResponse } from "../../http/index.js";
+export type { NestHttpOptions, NestHttpRequest } from "./http-idempotency.js";
+export {
+  IdempotencyInterceptor,
+  type IdempotentOptions,
+  ONCELY_OPTIONS,
+  type OncelyModuleOptions,
+} from "./idempotency-interceptor.js";
+export { Idempotent } from "./idempotent.js";
+export type { NestMessageOptions } from "./message-idempotency.js";
+export { OncelyModule, type OncelyModuleAsyncOptions } from "./oncely-module.js";
