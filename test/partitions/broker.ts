@@ -72,7 +72,10 @@ export async function partitionStorm(run: PartitionRun, options: StormOptions): 
   const entries: Entry[] = [];
   for (let copy = 0; copy < (options.copies ?? 2); copy++) {
     for (const key of keys) {
-      const job: Job = { key, beforeMs: random.int(50, 500), afterMs: random.int(0, 250) };
+      // about a third of the work outlasts a lease: the heartbeat renews it, and aborts it in a partition
+      const long = random.chance(0.3);
+      const beforeMs = long ? random.int(lease, 2 * lease) : random.int(50, 500);
+      const job: Job = { key, beforeMs, afterMs: random.int(0, 250) };
       entries.push({ job, settled: false, readyAt: 0, attempts: 0 });
     }
   }

@@ -104,6 +104,9 @@ export interface PartitionVerdict {
 }
 
 const hostOf = (row: Row) => row.key ?? "";
+const SETTLED = new Set(["committed", "duplicate"]);
+/** The answers of a call whose work ran. */
+const RAN = /^(committed|complete_failed|fenced_out|declined|failed)/;
 const same = (row: Row, key: string, fence: number, pid: number) =>
   row.key === key && row.fence === fence && row.pid === pid;
 
@@ -118,8 +121,10 @@ export function judgePartitions(orders: readonly string[], journal: readonly Row
   const outcomes = of("outcome");
   const committed = (key: string, fence: number, pid: number) =>
     outcomes.some((row) => same(row, key, fence, pid) && row.detail === "committed");
+  /** How the call that ran execution `(key, fence)` on `pid` ended (not a later delivery's answer). */
   const outcomeOf = (key: string, fence: number, pid: number) =>
-    outcomes.find((row) => same(row, key, fence, pid))?.detail ?? "no outcome";
+    outcomes.find((row) => same(row, key, fence, pid) && RAN.test(row.detail ?? ""))?.detail ??
+    "no outcome: killed or still cut off";
   /** The partitions of a host as [cut seq, heal seq or Infinity]. */
   const partitionsOf = (host: string): [Row, Row | undefined][] =>
     cuts
@@ -193,14 +198,26 @@ export function judgePartitions(orders: readonly string[], journal: readonly Row
     if (heal === undefined) continue;
     const pids = new Set([...hostOfPid].filter(([, h]) => h === host).map(([pid]) => pid));
     const resumedAt = Math.max(heal.at, heal.storeAt ?? heal.at);
-    // The claims the host's workers left behind: won before the heal and unsettled when the link
-    // went down, or answered only after the heal to a call that had given up (nobody worked under it).
+    const nextCut =
+      cuts.find((row) => hostOf(row) === host && row.seq > cut.seq)?.seq ?? Number.POSITIVE_INFINITY;
+    const inPartition = (row: Row) => row.seq > cut.seq && row.seq < nextCut;
+    // The claims the host's workers left behind: won before the heal, unsettled when the link went
+    // down, and lost in this partition (the work aborted, the call failed, the worker was killed);
+    // or answered only after the heal to a claim call that had given up (nobody worked under it).
     const left = new Map<string, number>();
     for (const won of of("won")) {
       const { key, fence, pid } = won;
       if (!pids.has(pid) || key === null || fence === null || committed(key, fence, pid)) continue;
       const settledBefore = outcomes.some((row) => same(row, key, fence, pid) && row.seq < cut.seq);
-      const during = won.seq < heal.seq && !settledBefore;
+      const lost = rows.some(
+        (row) =>
+          inPartition(row) &&
+          row.pid === pid &&
+          ((row.kind === "abort" && same(row, key, fence, pid)) ||
+            (row.kind === "outcome" && row.key === key && !SETTLED.has(row.detail ?? "")) ||
+            row.kind === "kill"),
+      );
+      const during = won.seq < heal.seq && !settledBefore && lost;
       const late =
         won.seq > heal.seq &&
         !rows.some((row) => row.kind === "work" && same(row, key, fence, pid)) &&
@@ -209,7 +226,7 @@ export function judgePartitions(orders: readonly string[], journal: readonly Row
             row.pid === pid &&
             row.key === key &&
             row.detail === "unavailable" &&
-            row.seq > cut.seq &&
+            inPartition(row) &&
             row.seq < won.seq,
         );
       if (during || late) left.set(key, Math.max(left.get(key) ?? 0, fence));
