@@ -57,6 +57,15 @@ describe("every core option is accepted by every non-HTTP surface, as the core d
     expectTypeOf<Backend>().toExtend<NatsConsumerOptions<number>["backend"]>();
   });
 
+  it("job queues: BullMQ (idempotentProcessor)", () => {
+    type BullOptions = import("../../src/brokers/bullmq/index.js").ProcessorOptions<
+      import("../../src/brokers/bullmq/index.js").BullJobLike,
+      number
+    >;
+    expectTypeOf<AsDeclaredBy<BullOptions>>().toEqualTypeOf<Core>();
+    expectTypeOf<Backend>().toExtend<BullOptions["backend"]>();
+  });
+
   it("each default is set in one table: the core's, and a surface's row only where it differs", () => {
     expect(DEFAULT_WAIT_MS).toBe(0);
     expect(surfaceDefaults("pubsub").wait).toBe(0);
