@@ -16,6 +16,7 @@ export {
   type ResultCodec,
   type ResultUnavailableReason,
 } from "./core/codec.js";
+export { encryptResults, type ResultEncryptionOptions } from "./core/encryption.js";
 export {
   ConfigurationError,
   ConflictError,

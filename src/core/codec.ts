@@ -208,7 +208,7 @@ export function describeError(cause: unknown): string {
 /** Default cap on an encoded result: 256 KiB. */
 export const DEFAULT_MAX_RESULT_BYTES = 256 * 1024;
 
-const Tag = { Value: 1, Undefined: 2, Omitted: 3 } as const;
+const Tag = { Value: 1, Undefined: 2, Omitted: 3, Unreadable: 4 } as const;
 
 /** Why a duplicate has no result to replay. */
 export type ResultUnavailableReason =
@@ -223,7 +223,11 @@ export type ReplayedResult<T> =
   | {
       readonly available: false;
       readonly reason: ResultUnavailableReason;
-      /** For `unserializable`: why the codec refused the value, e.g. `a Date would not round-trip through JSON (at $.when)`. */
+      /**
+       * For `unserializable`: why the codec refused the value, e.g. `a Date would not round-trip through
+       * JSON (at $.when)`; for `undecodable`, when known: why the stored bytes cannot be read (a stored
+       * result that cannot be decrypted: an unknown key id, a wrong key, tampered bytes).
+       */
       readonly detail?: string;
     };
 
@@ -284,6 +288,15 @@ function tooLarge(length: number, maxBytes: number): PackedResult {
   };
 }
 
+/**
+ * Stored bytes that stand for a result that exists but cannot be read (`encryptResults` hands them up
+ * for a ciphertext it cannot decrypt): `unpackResult` reports them as `undecodable` with `detail`, so a
+ * duplicate is told why and is never given other bytes as the result.
+ */
+export function unreadableResult(detail: string): Uint8Array {
+  return withTag(Tag.Unreadable, encoder.encode(safeText(detail, MAX_DETAIL)));
+}
+
 /** Decodes what `packResult` stored. Never throws: an unreadable result is reported as unavailable. */
 export function unpackResult<T>(bytes: Uint8Array | undefined, codec: ResultCodec<T>): ReplayedResult<T> {
   if (bytes === undefined || bytes.length === 0) return { available: false, reason: "not_captured" };
@@ -305,6 +318,8 @@ export function unpackResult<T>(bytes: Uint8Array | undefined, codec: ResultCode
         ? { available: false, reason: "unserializable" }
         : { available: false, reason: "unserializable", detail: text.slice(colon + 1) };
     }
+    case Tag.Unreadable:
+      return { available: false, reason: "undecodable", detail: utf8(body) };
     default:
       return { available: false, reason: "undecodable" };
   }

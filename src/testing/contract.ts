@@ -19,6 +19,7 @@ import { ManualClock } from "../core/clock.js";
 import { InvalidKeyError } from "../core/errors.js";
 import type { Backend, Claim, ClaimOutcome } from "../core/types.js";
 import { lock, mutex, newToken } from "../core/verbs.js";
+import { encryptionCases } from "./encryption-contract.js";
 
 /**
  * What the suite needs from a test runner: `describe` and `it`, and optionally `skip`.
@@ -608,6 +609,9 @@ export function backendContract<B extends Backend>(
       await Promise.race([waiting, sleep(5_000)]);
       assert.equal(woke, true, "the waiter woke well before its timeout");
     });
+
+    // encryption at rest: the `encryptResults` decorator over this backend
+    encryptionCases(test, key);
 
     const serverClockCase = "server clock: a client clock hours off changes nothing";
     if (options.time === "server") {
