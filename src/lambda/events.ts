@@ -142,8 +142,8 @@ function checkHandler(wrapper: string, handler: unknown, options: unknown): void
 
 /**
  * Wraps a per-message handler into an SNS-triggered function. Every record of the event runs (one
- * each, in order); the function resolves with each record's value (a duplicate's stored result) once
- * all are done, or rejects with the first failure's error after every record has settled.
+ * each, in order); the function resolves once all are done (SNS ignores a function's value), or
+ * rejects with the first failure's error after every record has settled.
  *
  * @throws ConfigurationError at wrap time for options that cannot work
  */
@@ -154,7 +154,7 @@ export function snsHandler<
 >(
   handler: SnsRecordHandler<T, R, C>,
   options: EventHandlerOptions<R, T>,
-): (event: SnsEventLike<R>, context: C) => Promise<Array<T | undefined>> {
+): (event: SnsEventLike<R>, context: C) => Promise<void> {
   checkHandler("snsHandler", handler, options);
   const { fingerprint, ...config } = options;
   const spec = snsSurface as unknown as SurfaceSpec<R>;
@@ -165,7 +165,7 @@ export function snsHandler<
     (o) => new Guard<R, T>(o, spec),
   );
 
-  return async function handleSnsEvent(event: SnsEventLike<R>, context: C): Promise<Array<T | undefined>> {
+  return async function handleSnsEvent(event: SnsEventLike<R>, context: C): Promise<void> {
     const records = (event as { Records?: unknown } | null | undefined)?.Records;
     if (
       !Array.isArray(records) ||
@@ -176,7 +176,6 @@ export function snsHandler<
       });
     }
     const invocation = guards.invocation(context);
-    const values: Array<T | undefined> = [];
     let failure: { error: unknown } | undefined;
     try {
       for (const record of records as R[]) {
@@ -193,14 +192,12 @@ export function snsHandler<
           },
         );
         const settled = valueOrError(outcome, LAMBDA_SURFACE);
-        if (settled.ok) values.push(settled.value);
-        else failure ??= { error: settled.error };
+        if (!settled.ok) failure ??= { error: settled.error };
       }
     } finally {
       invocation.end();
     }
     if (failure !== undefined) throw failure.error;
-    return values;
   };
 }
 

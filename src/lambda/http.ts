@@ -95,6 +95,7 @@ export function httpHandler<
       const made = () => withIdempotency(run, o as unknown as HttpIdempotencyOptions<Request>);
       return first ? made() : quiet.quietly(made);
     },
+    true,
   );
 
   return async function handleHttpEvent(event: E, context: C): Promise<HttpProxyResult> {

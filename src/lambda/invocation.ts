@@ -172,10 +172,12 @@ export class InvocationGuards<S, T, G = Guard<S, T>> {
   readonly #clock: Clock;
   readonly #margin: number | undefined;
   readonly #guards = new Map<string, G>();
+  readonly #waitInGuard: boolean;
   readonly base: G;
 
   /**
    * @param surface the surface name whose defaults apply (`SURFACE_DEFAULTS`)
+   * @param waitInGuard the guards take no per-call `wait` (HTTP's): each gets one ending by the deadline
    * @throws ConfigurationError for options that cannot work
    */
   constructor(
@@ -183,7 +185,9 @@ export class InvocationGuards<S, T, G = Guard<S, T>> {
     surface: string,
     options: SurfaceOptions<S, T> & InvocationOptions,
     build: (options: SurfaceOptions<S, T>, first: boolean) => G,
+    waitInGuard = false,
   ) {
+    this.#waitInGuard = waitInGuard;
     if (options === undefined || options === null || typeof options !== "object") {
       throw new ConfigurationError(`${wrapper}: options with a backend are required`);
     }
@@ -207,7 +211,6 @@ export class InvocationGuards<S, T, G = Guard<S, T>> {
     this.#options = { ...core, backend: sharedBackend(options.backend) };
     this.#build = build;
     this.base = build({ ...this.#options, leaseMs: this.#leaseMs }, true);
-    this.#guards.set(String(this.#leaseMs), this.base);
   }
 
   /** The guard and deadline for one invocation. */
@@ -219,9 +222,12 @@ export class InvocationGuards<S, T, G = Guard<S, T>> {
     const remaining = remainingOf(context);
     if (remaining === undefined) return { guard: this.base, deadlineAt: undefined, wait: this.#wait };
     const margin = this.#margin ?? Math.min(1_000, Math.floor(remaining / 10));
-    const deadlineAt = this.#clock.now() + Math.max(0, remaining - margin);
+    const usable = Math.max(0, remaining - margin);
+    const deadlineAt = this.#clock.now() + usable;
     const lease = Math.min(this.#leaseMs, roundDown(remaining));
-    return { guard: this.#guardFor(lease), deadlineAt, wait: this.#wait };
+    // a guard that takes no per-call wait (HTTP's) gets one that ends by the deadline
+    const wait = this.#waitInGuard ? Math.min(this.#wait, roundDownWait(usable)) : undefined;
+    return { guard: this.#guardFor(lease, wait), deadlineAt, wait: this.#wait };
   }
 
   /** An `Invocation` for a wrapper that runs `Guard`s. */
@@ -233,8 +239,9 @@ export class InvocationGuards<S, T, G = Guard<S, T>> {
     return new Invocation(guard, this.#clock, wait, deadlineAt);
   }
 
-  #guardFor(leaseMs: number): G {
-    const name = String(leaseMs);
+  #guardFor(leaseMs: number, wait: number | undefined): G {
+    if (leaseMs === this.#leaseMs && (wait === undefined || wait === this.#wait)) return this.base;
+    const name = `${leaseMs}:${wait ?? ""}`;
     const known = this.#guards.get(name);
     if (known !== undefined) return known;
     const storeTimeoutMs = this.#options.storeTimeoutMs;
@@ -242,6 +249,7 @@ export class InvocationGuards<S, T, G = Guard<S, T>> {
       {
         ...this.#options,
         leaseMs,
+        ...(wait === undefined ? {} : { wait }),
         // a configured deadline stays valid under the shorter lease (at most half of it)
         ...(storeTimeoutMs === undefined
           ? {}
@@ -279,6 +287,11 @@ function remainingOf(context: LambdaContextLike | undefined): number | undefined
 function roundDown(ms: number): number {
   if (ms >= 1_000) return Math.floor(ms / 1_000) * 1_000;
   return Math.max(10, Math.floor(ms / 100) * 100);
+}
+
+/** Down to a whole second, or to 100 ms below a second (0 below 100 ms). */
+function roundDownWait(ms: number): number {
+  return ms >= 1_000 ? Math.floor(ms / 1_000) * 1_000 : Math.floor(ms / 100) * 100;
 }
 
 /** One build of a backend factory for every guard of a wrapper (a failed build is retried next call). */
