@@ -15,7 +15,9 @@ import { Idempotent, OncelyModule, type OncelyModuleOptions } from "../../src/ad
 export function decorateMethod(
   target: { prototype: object },
   method: string,
-  decorators: Array<MethodDecorator | ((target: object, key: string, index: number) => void)>,
+  // Nest's method decorators, typed variously (MethodDecorator, EventDataMethodDecorator, …).
+  // biome-ignore lint/suspicious/noExplicitAny: any decorator signature is applied the same way
+  decorators: Array<(...args: any[]) => unknown>,
   parameters: Array<[index: number, decorator: (target: object, key: string, index: number) => void]> = [],
 ): void {
   const proto = target.prototype;

@@ -13,5 +13,5 @@ export {
   type OncelyModuleOptions,
 } from "./idempotency-interceptor.js";
 export { Idempotent } from "./idempotent.js";
-export type { NestMessageOptions } from "./message-idempotency.js";
+export type { NestMessageOptions, NestMessageRefusal } from "./message-idempotency.js";
 export { OncelyModule, type OncelyModuleAsyncOptions } from "./oncely-module.js";

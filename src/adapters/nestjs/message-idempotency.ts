@@ -4,7 +4,8 @@
  * duplicate (a redelivery, or the same message published twice) gets that value without running
  * the handler: a `@MessagePattern` caller receives the first reply, an `@EventPattern` duplicate is
  * skipped. Whatever ended without running the handler for good (in flight elsewhere, conflict, no
- * key, store down) is an `OncelyError` handed to Nest (the caller of a `@MessagePattern` gets it).
+ * key, store down) is an `RpcException` whose error is a `NestMessageRefusal` (the caller of a
+ * `@MessagePattern` gets it, with a `code`).
  *
  * The key is read from the message, through the transport's public context: RabbitMQ's
  * `messageId` property, NATS's `Nats-Msg-Id` or `Idempotency-Key` header, scoped by the pattern
@@ -15,7 +16,7 @@ import { createHash } from "node:crypto";
 import type { CallHandler } from "@nestjs/common";
 import { defer, lastValueFrom, type Observable } from "rxjs";
 import { canonicalJson } from "../../core/canonical-json.js";
-import { ConflictError, InProgressError, OncelyError } from "../../core/errors.js";
+import { OncelyError } from "../../core/errors.js";
 import { Guard, type GuardOutcome, type SurfaceSpec } from "../../core/guard.js";
 import { safeText } from "../../core/log.js";
 import { lengthPrefixedHash } from "../../http/hash.js";
@@ -153,7 +154,11 @@ export class NestMessageIdempotency {
         { fingerprint: fingerprintOf(data) },
       );
       this.#settle(context, outcome);
-      return answerOf(outcome, message);
+      const answer = answerOf(outcome, message);
+      if (answer.kind === "value") return answer.value;
+      // Loaded here: only a microservice (which has @nestjs/microservices) gets this far.
+      const { RpcException } = await import("@nestjs/microservices");
+      throw new RpcException(answer.refusal);
     });
   }
 
@@ -198,33 +203,61 @@ function fingerprintOf(data: unknown): string | undefined {
   }
 }
 
-/** What the handler's caller gets: its value, the first run's value, or the reason it did not run. */
-function answerOf(outcome: GuardOutcome<unknown>, message: NestMessage): unknown {
+/**
+ * Why a message's handler did not run, as the `RpcException` Nest hands the caller of a
+ * `@MessagePattern` (an `@EventPattern`'s is logged by Nest): `code` says what to do about it.
+ */
+export interface NestMessageRefusal {
+  readonly status: "error";
+  readonly code:
+    | "IDEMPOTENCY_CONFLICT"
+    | "IDEMPOTENCY_IN_PROGRESS"
+    | "IDEMPOTENCY_REFUSED"
+    | "IDEMPOTENCY_STORE_UNAVAILABLE"
+    | "IDEMPOTENCY_REPLAY_UNAVAILABLE";
+  readonly message: string;
+  /** For `IDEMPOTENCY_IN_PROGRESS`: when a retry may find the first one done. */
+  readonly retryAfterMs?: number;
+}
+
+type Answer =
+  | { readonly kind: "value"; readonly value: unknown }
+  | { readonly kind: "refusal"; readonly refusal: NestMessageRefusal };
+
+/** What the handler's caller gets: its value, the first run's value, or why it did not run. */
+function answerOf(outcome: GuardOutcome<unknown>, message: NestMessage): Answer {
+  const refusal = (code: NestMessageRefusal["code"], text: string, retryAfterMs?: number): Answer => ({
+    kind: "refusal",
+    refusal: {
+      status: "error",
+      code,
+      message: `[oncely] ${surface.label(message)}: ${text}`,
+      ...(retryAfterMs === undefined ? {} : { retryAfterMs }),
+    },
+  });
   switch (outcome.kind) {
     case "ran":
     case "not_committed":
     case "unguarded":
-      return outcome.value;
+      return { kind: "value", value: outcome.value };
     case "duplicate":
-      if (outcome.result.available) return outcome.result.value;
-      throw new OncelyError(
-        `${surface.label(message)} was processed, but its result cannot be replayed (${outcome.result.reason})`,
+      if (outcome.result.available) return { kind: "value", value: outcome.result.value };
+      return refusal(
+        "IDEMPOTENCY_REPLAY_UNAVAILABLE",
+        `processed already, but its result cannot be replayed (${outcome.result.reason})`,
       );
     case "contention":
-      throw new InProgressError(`${surface.label(message)} is being processed elsewhere; retry later`, {
-        retryAfterMs: outcome.retryAfterMs,
-      });
-    case "conflict":
-      throw new ConflictError(`${surface.label(message)}: its key was first used with another payload`);
-    case "refused":
-      throw new OncelyError(`${surface.label(message)} refused: ${outcome.reason}`);
-    case "unavailable":
-      throw new OncelyError(
-        `${surface.label(message)}: the idempotency store cannot be reached; nothing was done`,
-        {
-          cause: outcome.error,
-        },
+      return refusal(
+        "IDEMPOTENCY_IN_PROGRESS",
+        "being processed elsewhere; retry later",
+        outcome.retryAfterMs,
       );
+    case "conflict":
+      return refusal("IDEMPOTENCY_CONFLICT", "its key was first used with another payload; nothing ran");
+    case "refused":
+      return refusal("IDEMPOTENCY_REFUSED", outcome.reason);
+    case "unavailable":
+      return refusal("IDEMPOTENCY_STORE_UNAVAILABLE", "the idempotency store cannot be reached; nothing ran");
     case "failed":
       throw outcome.error;
   }
