@@ -66,13 +66,20 @@ describe("every core option is accepted by every non-HTTP surface, as the core d
     expectTypeOf<Backend>().toExtend<BullOptions["backend"]>();
   });
 
+  it("agent tool calls: MCP (idempotentTool)", () => {
+    type ToolOptions = import("../../src/mcp/index.js").McpToolOptions<unknown, number>;
+    expectTypeOf<AsDeclaredBy<ToolOptions>>().toEqualTypeOf<Core>();
+    expectTypeOf<Backend>().toExtend<ToolOptions["backend"]>();
+  });
+
   it("each default is set in one table: the core's, and a surface's row only where it differs", () => {
     expect(DEFAULT_WAIT_MS).toBe(0);
     expect(surfaceDefaults("pubsub").wait).toBe(0);
     expect(surfaceDefaults("rabbitmq").wait).toBe(0);
     expect(surfaceDefaults("nats").wait).toBe(0);
     expect(surfaceDefaults("http").wait).toBe(10_000);
+    expect(surfaceDefaults("mcp")).toEqual({ wait: 10_000, leaseMs: 10_000 });
     expect(surfaceDefaults("constructor").wait).toBe(0);
-    expect(Object.keys(SURFACE_DEFAULTS)).toEqual(["http"]);
+    expect(Object.keys(SURFACE_DEFAULTS).sort()).toEqual(["http", "lambda", "mcp"]);
   });
 });
