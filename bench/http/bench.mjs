@@ -15,7 +15,9 @@
 // site can have a whole request's objects promoted; a healthy run shows a handful, the records'),
 // --busy 2,5 (adds, for each framework, the bare app with that many µs of busy-waiting per request and
 // nothing else: how far a few µs of plain CPU per request move the bare app's ratio on this machine,
-// which is the scale every other row is read on).
+// which is the scale every other row is read on), --base DIR (adds oncely built in DIR, another
+// checkout's dist/, as "base" rows interleaved with this build's: an A/B in one run, with the CPU per
+// request of this build against the base's).
 import { execFileSync, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -35,6 +37,7 @@ const frameworks = option("only", "express,fastify,hono,fetch").split(",");
 const promoted = args.includes("--promoted");
 const tenured = args.includes("--tenured");
 const stored = Number(option("stored", "0"));
+const baseDist = option("base", undefined);
 const busy = option("busy", "")
   .split(",")
   .filter((item) => item !== "")
@@ -49,7 +52,11 @@ function startServer(framework, variant) {
   const trace = tenured ? ["--trace-pretenuring-statistics"] : [];
   const child = spawn(process.execPath, [...trace, ...preload, here("./server.mjs"), framework, variant], {
     stdio: ["ignore", "pipe", "inherit"],
-    env: { ...process.env, ONCELY_BENCH_PROMOTED_OUT: promotedOut },
+    env: {
+      ...process.env,
+      ONCELY_BENCH_PROMOTED_OUT: promotedOut,
+      ...(baseDist === undefined ? {} : { ONCELY_BENCH_BASE_DIST: baseDist }),
+    },
   });
   // V8's trace lines share stdout with the server's own line; every line is read (so the pipe never
   // fills), and a site counts once, whenever V8 decided to pretenure it.
@@ -135,6 +142,10 @@ for (const framework of frameworks) {
   plan.push([framework, "bare", "new"]);
   plan.push([framework, "oncely", "new"]);
   plan.push([framework, "oncely", "replay"]);
+  if (baseDist !== undefined) {
+    plan.push([framework, "base", "new"]);
+    plan.push([framework, "base", "replay"]);
+  }
   for (const us of busy) plan.push([framework, `busy-${us}`, "new"]);
   if (framework === "express" || framework === "fastify") {
     plan.push([framework, "floor", "new"]);
@@ -205,6 +216,28 @@ for (const framework of frameworks) {
   row("bare app", bare);
   row("oncely, new keys", `${framework}|oncely|new`, 0.75);
   row("oncely, replays", `${framework}|oncely|replay`, 0.9);
+  if (baseDist !== undefined) {
+    row("base build, new keys", `${framework}|base|new`, 0.75);
+    row("base build, replays", `${framework}|base|replay`, 0.9);
+    for (const mode of ["new", "replay"]) {
+      const versus =
+        stat(`${framework}|base|${mode}`, "cpuUs") / stat(`${framework}|oncely|${mode}`, "cpuUs");
+      const rpsVersus = stat(`${framework}|oncely|${mode}`, "rps") / stat(`${framework}|base|${mode}`, "rps");
+      rows.push([
+        framework,
+        `this build / base, ${mode === "new" ? "new keys" : "replays"}`,
+        "",
+        "",
+        Number.isFinite(versus) ? versus.toFixed(2) : "",
+        "",
+        "",
+        rpsVersus.toFixed(2),
+        "",
+        ...(promoted ? [""] : []),
+        ...(tenured ? [""] : []),
+      ]);
+    }
+  }
   for (const us of busy) row(`bare app + ${us} µs busy-wait per request`, `${framework}|busy-${us}|new`);
   if (framework === "express" || framework === "fastify") {
     row("floor (minimal inline guard), new keys", `${framework}|floor|new`);

@@ -1,18 +1,26 @@
 // One app under load for bench/http: `node server.mjs <framework> <variant>`, framework one of
-// express | fastify | hono | fetch, variant bare | oncely | express-idempotency (Express only) |
+// express | fastify | hono | fetch, variant bare | oncely | base (oncely from the build in
+// ONCELY_BENCH_BASE_DIST, another checkout's dist/, for an A/B in one run) | express-idempotency (Express only) |
 // floor (Express and Fastify) | spec-floor (Fastify) | busy-N (any framework: the bare app plus N µs of
 // busy-waiting per request before the handler, nothing else). The same trivial POST handler in every
 // variant; prints {"listening": port} once it serves.
 import { createHash, randomUUID } from "node:crypto";
 import { createServer } from "node:http";
+import { pathToFileURL } from "node:url";
 
-const [framework, variant] = process.argv.slice(2);
+const [framework, requested] = process.argv.slice(2);
+// `base` is the `oncely` app built from another dist/ directory.
+const variant = requested === "base" ? "oncely" : requested;
+const dist = (entry) =>
+  requested === "base"
+    ? new URL(`${entry}.js`, pathToFileURL(`${process.env.ONCELY_BENCH_BASE_DIST}/`)).href
+    : `../../dist/${entry}.js`;
 const say = (line) => process.stdout.write(`${JSON.stringify(line)}\n`);
 let orders = 0;
 const order = (item) => ({ id: ++orders, item: item ?? null });
 
 async function oncelyOptions() {
-  const { MemoryBackend } = await import("../../dist/index.js");
+  const { MemoryBackend } = await import(dist("index"));
   // Room for every new key a run sends (the default cap is 10 000 records).
   return { backend: new MemoryBackend({ maxSize: 5_000_000 }), logger: { warn() {}, error: console.error } };
 }
@@ -109,7 +117,7 @@ if (framework === "express") {
       next();
     });
   if (variant === "oncely") {
-    const { idempotency } = await import("../../dist/express.js");
+    const { idempotency } = await import(dist("express"));
     app.use(idempotency(await oncelyOptions()));
   }
   if (variant === "floor") {
@@ -157,7 +165,7 @@ if (framework === "express") {
       done();
     });
   if (variant === "oncely") {
-    const { idempotency } = await import("../../dist/fastify.js");
+    const { idempotency } = await import(dist("fastify"));
     await app.register(idempotency, await oncelyOptions());
   }
   if (variant === "floor") {
@@ -267,7 +275,7 @@ if (framework === "express") {
         return next();
       });
     if (variant === "oncely") {
-      const { idempotency } = await import("../../dist/hono.js");
+      const { idempotency } = await import(dist("hono"));
       app.use("/orders", idempotency(await oncelyOptions()));
     }
     app.post("/orders", async (c) => c.json(order((await c.req.json()).item), 201));
@@ -275,7 +283,7 @@ if (framework === "express") {
   } else {
     const bare = async (request) => Response.json(order((await request.json()).item), { status: 201 });
     if (variant === "oncely") {
-      const { withIdempotency } = await import("../../dist/http.js");
+      const { withIdempotency } = await import(dist("http"));
       handler = withIdempotency(bare, await oncelyOptions());
     } else if (busyUs > 0) {
       handler = (request) => {
