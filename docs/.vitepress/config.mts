@@ -111,6 +111,7 @@ export default defineConfig({
           { text: "CLI", link: "/operations/cli" },
           { text: "doctor", link: "/operations/doctor" },
           { text: "OpenTelemetry", link: "/operations/opentelemetry" },
+          { text: "Encryption at rest", link: "/encryption" },
           { text: "Production checklist", link: "/operations/checklist" },
         ],
       },
