@@ -13,9 +13,10 @@
 // stuck?), a handler that throws (the framework's error handler answers), a 500 (stored and replayed, or
 // run again?), and clients that disconnect before the reply (does the retry run the handler again?).
 //
-// Options: --short (1 s per measurement, one round, fewer disconnects: for CI), --seconds N (default 4),
+// Options: --short (a smoke run for CI: 300 requests per measurement, no warm-up, one round, fewer disconnects,
+// the checks run beside the measurements, so its figures are not for reading), --seconds N (default 4),
 // --rounds N (default 3), --connections N (default 10), --only express,fastify, --speed-only,
-// --correctness-only, --baseline DIR, --contenders a,b, --redis-server PATH (default redis-server; the bench starts its own on a free
+// --correctness-only, --baseline DIR, --contenders a,b, --speed-contenders a,b, --redis-server PATH (default redis-server; the bench starts its own on a free
 // port and stops it at the end), --json FILE (writes the figures). ONCELY_DIST: oncely's dist/.
 import { execFileSync, spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
@@ -42,8 +43,8 @@ const here = (file) => fileURLToPath(new URL(file, import.meta.url));
 const log = (text) => process.stderr.write(`[http-peers] ${text}\n`);
 
 const CONTENDERS = {
-  express: ["oncely", "floor", "express-idempotency", "node-idempotency"],
-  fastify: ["oncely", "floor", "node-idempotency"],
+  express: ["oncely", "oncely-node-redis", "floor", "express-idempotency", "node-idempotency"],
+  fastify: ["oncely", "oncely-node-redis", "floor", "node-idempotency"],
 };
 // --baseline DIR: oncely from another dist/ (another build) as one more contender, to compare builds
 // in the same run; --contenders a,b: only these (the bare app always runs).
@@ -54,9 +55,14 @@ const only = option("contenders", undefined)?.split(",");
 if (only !== undefined)
   for (const list of Object.values(CONTENDERS))
     list.splice(0, list.length, ...list.filter((v) => only.includes(v)));
+// --speed-contenders a,b: the speed table measures only these (the correctness table keeps all).
+const speedOnly = option("speed-contenders", undefined)?.split(",");
+const measured = (framework) =>
+  CONTENDERS[framework].filter((v) => speedOnly === undefined || speedOnly.includes(v));
 const LABEL = {
   "oncely-baseline": `oncely (${baseline})`,
-  oncely: "oncely",
+  oncely: "oncely (ioredis)",
+  "oncely-node-redis": "oncely (node-redis)",
   floor: "floor (inline fenced guard)",
   "express-idempotency": "express-idempotency + Redis adapter",
   "node-idempotency": "@node-idempotency core + Redis adapter",
@@ -132,10 +138,11 @@ const stop = (server) =>
     server.child.kill("SIGKILL");
   });
 
-function load(url, mode, duration) {
+/** Load for `duration` seconds, or (amount above 0) exactly `amount` requests. */
+function load(url, mode, duration, amount = 0) {
   const child = spawn(
     process.execPath,
-    [here("../http/load.mjs"), url, mode, String(duration), String(connections), "0"],
+    [here("../http/load.mjs"), url, mode, String(duration), String(connections), String(amount)],
     { stdio: ["ignore", "pipe", "inherit"] },
   );
   children.add(child);
@@ -174,10 +181,11 @@ async function measure(framework, variant, mode) {
   const server = await startServer(framework, variant);
   try {
     const url = `${server.base}/orders`;
-    await load(url, mode, short ? 0.5 : 1); // warm-up, discarded
+    if (!short) await load(url, mode, 1); // warm-up, discarded
     const node = cpuSeconds(server.child.pid);
     const before = await redisCounters();
-    const result = await load(url, mode, seconds);
+    // --short: a fixed number of requests, so that even a starved machine measures some
+    const result = await load(url, mode, seconds, short ? SHORT_REQUESTS : 0);
     const after = await redisCounters();
     const nodeCpu = cpuSeconds(server.child.pid) - node;
     const commands = {};
@@ -209,12 +217,13 @@ const median = (values) => {
   return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 };
 
+const SHORT_REQUESTS = 300;
 const speedRows = [];
-if (speed) {
+async function runSpeed() {
   const plan = [];
   for (const framework of frameworks) {
     plan.push([framework, "bare", "new"]);
-    for (const variant of CONTENDERS[framework]) {
+    for (const variant of measured(framework)) {
       plan.push([framework, variant, "new"]);
       plan.push([framework, variant, "replay"]);
     }
@@ -236,7 +245,7 @@ if (speed) {
   }
   const stat = (id, field) => median((results.get(id) ?? []).map((r) => r[field]));
   for (const framework of frameworks) {
-    for (const variant of ["bare", ...CONTENDERS[framework]]) {
+    for (const variant of ["bare", ...measured(framework)]) {
       const fresh = `${framework}|${variant}|new`;
       const replay = `${framework}|${variant}|replay`;
       const perCommand = {};
@@ -370,10 +379,14 @@ async function checkContender(framework, variant) {
     await cut;
     const fresh = await startServer(framework, variant, { ...env, NAMESPACE: namespace });
     try {
-      const deadline = started + CHECK_LEASE_MS + 5_000;
+      // from the moment the fresh process serves (its start-up is not the contender's doing)
+      const deadline = Date.now() + CHECK_LEASE_MS + 5_000;
       let last;
       while (Date.now() < deadline) {
-        last = await post(fresh.base, key);
+        last = await post(fresh.base, key).catch((error) => ({
+          status: String(error),
+          headers: new Headers(),
+        }));
         if (last.status === 201) break;
         const after = Number(last.headers.get("retry-after") ?? 0);
         await sleep(Math.max(250, Math.min(after * 1000, deadline - Date.now())));
@@ -382,7 +395,7 @@ async function checkContender(framework, variant) {
       cases.crash = {
         pass: freed,
         detail: freed
-          ? `freed after ${((Date.now() - started) / 1000).toFixed(1)} s`
+          ? `freed ${((Date.now() - started) / 1000).toFixed(1)} s after the kill`
           : `stuck: still ${last?.status} after ${((Date.now() - started) / 1000).toFixed(0)} s`,
       };
     } finally {
@@ -400,7 +413,7 @@ const CASES = [
   ["disconnect", "client left before the reply"],
 ];
 const checkRows = [];
-if (correctness) {
+async function runChecks() {
   const jobs = [];
   for (const framework of frameworks) {
     for (const variant of CONTENDERS[framework]) {
@@ -418,6 +431,12 @@ if (correctness) {
       frameworks.indexOf(a.framework) - frameworks.indexOf(b.framework) ||
       CONTENDERS[a.framework].indexOf(a.variant) - CONTENDERS[b.framework].indexOf(b.variant),
   );
+}
+// --short is a smoke run (CI): both parts at once; otherwise the checks never disturb the speed figures
+if (short) await Promise.all([speed && runSpeed(), correctness && runChecks()]);
+else {
+  if (speed) await runSpeed();
+  if (correctness) await runChecks();
 }
 
 // --- tables ------------------------------------------------------------------------------------------

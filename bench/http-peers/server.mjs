@@ -2,6 +2,7 @@
 // NAMESPACE in the environment. Variants:
 //   bare                 the app alone (the baseline of every ratio)
 //   oncely               oncely/express or oncely/fastify on RedisBackend (ioredis)
+//   oncely-node-redis    the same on a node-redis client (the client @node-idempotency's adapter uses)
 //   floor                the least a correct guard does here, inline (see "The floor" below)
 //   express-idempotency  express-idempotency 1.0.6 with a Redis data adapter (Express only; see below)
 //   node-idempotency     @node-idempotency/core 1.0.11 + @node-idempotency/storage-adapter-redis 1.0.2,
@@ -26,6 +27,8 @@ const dist =
     ? new URL("../../dist/", import.meta.url).href
     : pathToFileURL(resolve(process.env.ONCELY_DIST)).href;
 const distUrl = (file) => new URL(file, dist.endsWith("/") ? dist : `${dist}/`).href;
+// a clean exit on a signal, so that `node --cpu-prof server.mjs …` writes its profile
+for (const signal of ["SIGINT", "SIGTERM"]) process.once(signal, () => process.exit(0));
 const say = (line) => process.stdout.write(`${JSON.stringify(line)}\n`);
 const TTL_MS = 86_400_000;
 
@@ -41,6 +44,14 @@ async function work(key, header, item) {
   if (fail === "throw") throw new Error("handler failed");
   if (fail === "500") return { status: 500, body: { error: "failed" } };
   return { status: 201, body: { id: ++orders, item: item ?? null } };
+}
+
+/** oncely's backend: on ioredis, or on node-redis for the variant `oncely-node-redis`. */
+async function oncelyBackend() {
+  const { RedisBackend } = await import(distUrl("redis.js"));
+  if (variant !== "oncely-node-redis") return new RedisBackend({ client: await redisClient(), namespace });
+  const { createClient } = await import("redis");
+  return new RedisBackend({ client: await createClient({ url: redisUrl }).connect(), namespace });
 }
 
 async function redisClient() {
@@ -169,12 +180,9 @@ if (framework === "express") {
   app.disable("x-powered-by");
   app.use(express.json());
   let service;
-  if (variant === "oncely") {
-    const [{ idempotency }, { RedisBackend }] = await Promise.all([
-      import(distUrl("express.js")),
-      import(distUrl("redis.js")),
-    ]);
-    const backend = new RedisBackend({ client: await redisClient(), namespace });
+  if (variant === "oncely" || variant === "oncely-node-redis") {
+    const { idempotency } = await import(distUrl("express.js"));
+    const backend = await oncelyBackend();
     app.use(idempotency({ backend, leaseMs, logger: { warn() {}, error() {} } }));
   } else if (variant === "floor") {
     const guard = await floorGuard();
@@ -259,12 +267,9 @@ if (framework === "express") {
 } else if (framework === "fastify") {
   const { default: Fastify } = await import("fastify");
   const app = Fastify();
-  if (variant === "oncely") {
-    const [{ idempotency }, { RedisBackend }] = await Promise.all([
-      import(distUrl("fastify.js")),
-      import(distUrl("redis.js")),
-    ]);
-    const backend = new RedisBackend({ client: await redisClient(), namespace });
+  if (variant === "oncely" || variant === "oncely-node-redis") {
+    const { idempotency } = await import(distUrl("fastify.js"));
+    const backend = await oncelyBackend();
     await app.register(idempotency, { backend, leaseMs, logger: { warn() {}, error() {} } });
   } else if (variant === "floor") {
     const guard = await floorGuard();
