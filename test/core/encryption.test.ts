@@ -126,5 +126,26 @@ describe("encryptResults", () => {
       expect(record?.result?.[0]).toBe(0xe5);
       expect(Buffer.from(record?.result ?? []).includes(Buffer.from("4242"))).toBe(false);
     }
+    // the key missing from the ring: 500 replay-unavailable, and the handler does not run again
+    const rotatedAway = withIdempotency(
+      async () => {
+        created += 1;
+        return Response.json({ id: `ord_${created}` }, { status: 201 });
+      },
+      {
+        backend: encryptResults(backend, { keys: { k2 }, current: "k2", logger: silentLogger }),
+        logger: silentLogger,
+      },
+    );
+    const unreadable = await rotatedAway(
+      new Request("http://shop.test/orders", {
+        method: "POST",
+        headers: { "idempotency-key": "key-1", "content-type": "application/json" },
+        body: "{}",
+      }),
+    );
+    expect(unreadable.status).toBe(500);
+    expect(await unreadable.text()).not.toContain("4242");
+    expect(created).toBe(1);
   });
 });

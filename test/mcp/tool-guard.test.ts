@@ -289,6 +289,33 @@ describe("idempotentTool over the real SDK (in-process transport)", () => {
     expect(attempts).toBe(2);
   });
 
+  it("a tool without arguments (inputSchema: {}) is keyed by _meta alone", async () => {
+    let sent = 0;
+    const server = new McpServer({ name: "t", version: "1.0.0" });
+    server.registerTool(
+      "send_report",
+      { inputSchema: {} },
+      idempotentTool(
+        async () => {
+          sent += 1;
+          return { content: [{ type: "text" as const, text: `sent #${sent}` }] };
+        },
+        { tool: "send_report", backend: new MemoryBackend(), logger: { error() {}, warn() {} } },
+      ),
+    );
+    const [c, s] = InMemoryTransport.createLinkedPair();
+    await server.connect(s);
+    const client = new Client({ name: "c", version: "1.0.0" });
+    await client.connect(c);
+    closers.push(() => client.close());
+    const meta = { [IDEMPOTENCY_KEY_META]: `k-${randomUUID()}` };
+    expect(text(await client.callTool({ name: "send_report", arguments: {}, _meta: meta }))).toBe("sent #1");
+    const retry = await client.callTool({ name: "send_report", _meta: meta });
+    expect(text(retry)).toBe("sent #1");
+    expect(retry._meta?.[REPLAYED_META]).toBe(true);
+    expect(sent).toBe(1);
+  });
+
   it("refuses options that cannot work at wrap time", () => {
     const backend = new MemoryBackend();
     const handler = async () => ({ content: [] });
