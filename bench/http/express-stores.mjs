@@ -3,10 +3,20 @@
 // against one WeakMap entry per response. The Express capture stores its four interceptors on each
 // guarded response ("four methods stored": what it costs per guarded request); until 2026-12-03 it
 // patched Express's shared response prototype once and paid one WeakMap entry per response instead,
-// which SPEC §11 rules out (docs/http.md, "Per framework"). Three passes; CPU µs per response.
+// which reaches into a prototype every app of that Express copy shares (docs/http.md, "Per
+// framework"). Three passes; CPU µs per response.
+// Where the cost comes from (the last three rows): V8 shares no hidden class among objects whose
+// prototype was set with Object.setPrototypeOf once a property is added after it, so every property
+// added to an Express response builds a new hidden class (a copy of its ~30 descriptors), Express's own
+// `res.locals` included; the same four stores on a plain node:http response cost next to nothing. A
+// capture that added no property (a prototype of its own per response) would pay one such copy, but
+// a mounted sub-app re-parents the response again and would drop it; so four stores is the floor of
+// a capture through public APIs on Express.
 // 2026-12-03, Node 20, the shared 2-core test machine (load 12-16): the response alone 5.9-8.5 µs,
 // four methods stored 31.5-36.9 (so about 26-28 µs for the four stores), one WeakMap entry 7.9-9.1
-// (about 1-2 µs).
+// (about 1-2 µs). A later run (load 12-16): the response alone 6.8-7.0, four stored 31.0-33.3; re-
+// parented without Express's res.locals 0.4-0.7, with it 6.5-9.0 (one property: 6-8 µs); a plain
+// node:http response with the four stored 0.17-0.31.
 import http from "node:http";
 import express from "express";
 
@@ -18,6 +28,18 @@ function response() {
   Object.setPrototypeOf(res, app.response);
   res.locals = {};
   return res;
+}
+/** A response re-parented as Express does, before Express adds `locals`. */
+function reparented() {
+  const req = new http.IncomingMessage(null);
+  const res = new http.ServerResponse(req);
+  Object.setPrototypeOf(req, app.request);
+  Object.setPrototypeOf(res, app.response);
+  return res;
+}
+/** A node:http response as a plain Node server gets it. */
+function plain() {
+  return new http.ServerResponse(new http.IncomingMessage(null));
 }
 const nop = () => 1;
 const captures = new WeakMap();
@@ -42,6 +64,11 @@ const variants = {
     captures.set(res, 1);
     captures.get(res);
   },
+  "re-parented, without Express's res.locals": () => reparented(),
+  "re-parented, one property (Express's res.locals)": () => {
+    reparented().locals = {};
+  },
+  "a plain node:http response, four methods stored": () => store(plain(), nop, nop, nop, nop),
 };
 for (let pass = 1; pass <= 3; pass++) {
   for (const [name, run] of Object.entries(variants)) {
