@@ -72,6 +72,42 @@ describe("every core option is accepted by every non-HTTP surface, as the core d
     expectTypeOf<Backend>().toExtend<ToolOptions["backend"]>();
   });
 
+  it("serverless: AWS Lambda (sqsBatchHandler, snsHandler, eventBridgeHandler) and Middy (idempotency)", () => {
+    type Lambda = typeof import("../../src/lambda/index.js");
+    type SqsOptions = import("../../src/lambda/index.js").SqsBatchOptions<number>;
+    type EventOptions = import("../../src/lambda/index.js").EventHandlerOptions<unknown, number>;
+    type MiddyOptions = import("../../src/lambda/middy.js").MiddyIdempotencyOptions<unknown, number>;
+    expectTypeOf<AsDeclaredBy<SqsOptions>>().toEqualTypeOf<Core>();
+    expectTypeOf<AsDeclaredBy<EventOptions>>().toEqualTypeOf<Core>();
+    expectTypeOf<AsDeclaredBy<MiddyOptions>>().toEqualTypeOf<Core>();
+    expectTypeOf<Backend>().toExtend<SqsOptions["backend"]>();
+    expectTypeOf<Backend>().toExtend<MiddyOptions["backend"]>();
+    expectTypeOf<Parameters<Lambda["snsHandler"]>[1]>().toExtend<Pick<Core, "leaseMs" | "clock">>();
+    expect(surfaceDefaults("lambda")).toEqual({ wait: 0, leaseMs: 10_000 });
+  });
+
+  it("frameworks: Koa (idempotency) and NestJS (OncelyModule: HTTP's options, and messages' stored reply)", async () => {
+    type Http = import("../../src/http/options.js").HttpCoreOptions;
+    type KoaOptions = import("../../src/adapters/koa/index.js").KoaIdempotencyOptions;
+    type NestOptions = import("../../src/adapters/nestjs/index.js").OncelyModuleOptions;
+    type NestMessages = import("../../src/adapters/nestjs/index.js").NestMessageOptions;
+    // The HTTP surfaces' core options (HTTP makes the result choices itself), as the core declares them.
+    expectTypeOf<Pick<KoaOptions, keyof Http>>().toEqualTypeOf<Pick<Http, keyof Http>>();
+    expectTypeOf<Pick<NestOptions, keyof Http>>().toEqualTypeOf<Pick<Http, keyof Http>>();
+    // A microservice handler's stored reply: the core's result options.
+    type Result = import("../../src/core/options.js").ResultOptions<unknown>;
+    expectTypeOf<Pick<NestMessages, keyof Result>>().toEqualTypeOf<Pick<Result, keyof Result>>();
+    expectTypeOf<Backend>().toExtend<KoaOptions["backend"]>();
+    expectTypeOf<Backend>().toExtend<NestOptions["backend"]>();
+    const { idempotency } = await import("../../src/adapters/koa/index.js");
+    const { OncelyModule } = await import("../../src/adapters/nestjs/index.js");
+    const { MemoryBackend } = await import("../../src/backends/memory/index.js");
+    const { silentLogger } = await import("../../src/core/events.js");
+    expect(() => idempotency({ backend: new MemoryBackend(), compat: "x" as "ietf" })).toThrow(/compat/);
+    expect(() => OncelyModule.forRoot({} as NestOptions)).toThrow(/backend/);
+    expect(OncelyModule.forRoot({ backend: new MemoryBackend(), logger: silentLogger }).global).toBe(true);
+  });
+
   it("each default is set in one table: the core's, and a surface's row only where it differs", () => {
     expect(DEFAULT_WAIT_MS).toBe(0);
     expect(surfaceDefaults("pubsub").wait).toBe(0);
