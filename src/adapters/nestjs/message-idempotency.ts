@@ -19,11 +19,16 @@ import { canonicalJson } from "../../core/canonical-json.js";
 import { OncelyError } from "../../core/errors.js";
 import { Guard, type GuardOutcome, type SurfaceSpec } from "../../core/guard.js";
 import { safeText } from "../../core/log.js";
+import type { ResultOptions } from "../../core/options.js";
 import { lengthPrefixedHash } from "../../http/hash.js";
 import type { HttpCoreOptions } from "../../http/options.js";
 
-/** How `@EventPattern`/`@MessagePattern` handlers are guarded (`OncelyModule`'s `messages`). */
-export interface NestMessageOptions {
+/**
+ * How `@EventPattern`/`@MessagePattern` handlers are guarded (`OncelyModule`'s `messages`): the core
+ * options come from the module's options; the stored reply's (`codec`, `maxResultBytes`,
+ * `onDuplicate`) are set here, as the core declares them.
+ */
+export interface NestMessageOptions extends ResultOptions<unknown> {
   /**
    * The message's idempotency key, from its data and Nest's transport context (`RmqContext`,
    * `NatsContext`, …). A message without one is refused (`OncelyError`; the handler does not run).
@@ -120,10 +125,13 @@ export class NestMessageIdempotency {
   /** @throws ConfigurationError for options that cannot work */
   constructor(core: HttpCoreOptions, options: NestMessageOptions = {}) {
     this.#options = options;
-    const { key, scope } = options;
+    const { key, scope, codec, maxResultBytes, onDuplicate } = options;
     this.#guard = new Guard<NestMessage, unknown>(
       {
         ...core,
+        codec,
+        maxResultBytes,
+        onDuplicate,
         // The pattern scopes every key (and the tenant, when configured): two handlers never share one.
         key: (message) => {
           const id = key === undefined ? message.id : (key(message.data, message.context) ?? undefined);
