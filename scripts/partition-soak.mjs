@@ -4,9 +4,10 @@
 // namespaces); `npm run soak:partitions` builds first.
 //
 //   node scripts/partition-soak.mjs [--orders 120] [--fault-ms 120000] [--hosts 5] [--seed N]
-//                                   [--stores redis,postgres]
+//                                   [--stores redis,postgres] [--keep DIR]
+// --keep writes the figures (report.jsonl) and each storm's journal into DIR and leaves them there.
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -19,6 +20,7 @@ const { values } = parseArgs({
     hosts: { type: "string", default: "5" },
     seed: { type: "string" },
     stores: { type: "string", default: "redis,postgres" },
+    keep: { type: "string" },
   },
 });
 for (const name of ["orders", "fault-ms", "hosts", "seed"]) {
@@ -30,7 +32,8 @@ for (const name of ["orders", "fault-ms", "hosts", "seed"]) {
 }
 
 const root = fileURLToPath(new URL("..", import.meta.url));
-const dir = mkdtempSync(join(tmpdir(), "oncely-soak-"));
+const dir = values.keep ?? mkdtempSync(join(tmpdir(), "oncely-soak-"));
+if (values.keep !== undefined) mkdirSync(dir, { recursive: true });
 const report = join(dir, "report.jsonl");
 const env = {
   ...process.env,
@@ -54,7 +57,7 @@ try {
 } catch {
   // no storm ran to its verdict (skipped without root, or failed before it)
 }
-rmSync(dir, { recursive: true, force: true });
+if (values.keep === undefined) rmSync(dir, { recursive: true, force: true });
 
 const max = (values) => (values.length === 0 ? "n/a" : `${Math.max(...values)} ms`);
 const min = (values) => (values.length === 0 ? "n/a" : `${Math.min(...values)} ms`);

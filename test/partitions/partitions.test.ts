@@ -30,6 +30,7 @@ describe.skipIf(!support.ok).each<StoreName>(["redis", "postgres"])(
       judgePartitions(
         caseKeys,
         run.journal().filter((row) => row.kind === "start" || row.seq > seq),
+        LEASE_MS,
       );
     const lastSeq = () => run.journal().at(-1)?.seq ?? 0;
 

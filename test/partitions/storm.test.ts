@@ -8,9 +8,10 @@
  *   faults are injected, `ONCELY_PARTITION_HOSTS` (default 4), `ONCELY_PARTITION_SEED` (default:
  *   from the clock, printed);
  * - `ONCELY_PARTITION_STORES` (default `redis,postgres`);
- * - `ONCELY_PARTITION_REPORT`: a file the figures of each storm are appended to, one JSON line each.
+ * - `ONCELY_PARTITION_REPORT`: a file the figures of each storm are appended to, one JSON line each
+ *   (and each storm's journal is written beside it, `<file>.<store>-<seed>.journal.json`).
  */
-import { appendFileSync } from "node:fs";
+import { appendFileSync, writeFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { netnsSupport } from "../support/netns.js";
 import { partitionStorm } from "./broker.js";
@@ -51,13 +52,15 @@ describe.skipIf(!support.ok).each<StoreName>(STORES)(
       async () => {
         const started = Date.now();
         const storm = await partitionStorm(run, { orders: ORDERS, faultMs: FAULT_MS, seed: SEED });
-        const verdict = judgePartitions(storm.keys, run.journal());
+        const verdict = judgePartitions(storm.keys, run.journal(), LEASE_MS);
         const figures = describeVerdict(`${store} storm, seed ${SEED}`, verdict, LEASE_MS);
         console.log(
           `${figures}\n  ${storm.deliveries} deliveries, ${storm.attempts} attempts, ${Date.now() - started} ms`,
         );
         const report = process.env.ONCELY_PARTITION_REPORT;
         if (report !== undefined) {
+          // the journal beside the figures, to judge again or read by hand
+          writeFileSync(`${report}.${store}-${SEED}.journal.json`, JSON.stringify(run.journal()));
           appendFileSync(
             report,
             `${JSON.stringify({ store, seed: SEED, leaseMs: LEASE_MS, ...storm, keys: undefined, verdict })}\n`,

@@ -2,6 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { judgePartitions, type Row } from "./verdict.js";
 
+const LEASE = 2_000;
 let seq = 0;
 const row = (kind: Row["kind"], fields: Partial<Row> = {}): Row => ({
   seq: ++seq,
@@ -31,11 +32,11 @@ const takeover = (k = "k") => [
 
 describe("judgePartitions", () => {
   it("an order with no side effect is lost", () => {
-    expect(judgePartitions(["k", "never"], [...started(), ...firstRun()]).lost).toEqual(["never"]);
+    expect(judgePartitions(["k", "never"], [...started(), ...firstRun()], LEASE).lost).toEqual(["never"]);
   });
 
   it("a re-run with no fault behind it is doubled", () => {
-    const verdict = judgePartitions(["k"], [...started(), ...firstRun(), ...takeover()]);
+    const verdict = judgePartitions(["k"], [...started(), ...firstRun(), ...takeover()], LEASE);
     expect(verdict.doubled).toEqual([
       { key: "k", fence: 2, earlierFence: 1, reason: "its executor was neither killed nor partitioned" },
     ]);
@@ -50,7 +51,9 @@ describe("judgePartitions", () => {
       row("cut", { key: "host:0", pid: 1 }),
       ...takeover(),
     ];
-    expect(judgePartitions(["k"], journal).doubled[0]?.reason).toBe("the earlier execution had committed");
+    expect(judgePartitions(["k"], journal, LEASE).doubled[0]?.reason).toBe(
+      "the earlier execution had committed",
+    );
   });
 
   it("a re-run after its executor was cut off in the crash window is accounted for, with the call's ending", () => {
@@ -64,7 +67,7 @@ describe("judgePartitions", () => {
       ...takeover(),
       row("heal", { key: "host:0", pid: 1 }),
     ];
-    const verdict = judgePartitions(["k"], journal);
+    const verdict = judgePartitions(["k"], journal, LEASE);
     expect(verdict.doubled).toEqual([]);
     expect(verdict.reruns).toEqual([
       { key: "k", fence: 2, earlierFence: 1, earlierPid: 1, cause: "partitioned (complete_failed)" },
@@ -73,9 +76,9 @@ describe("judgePartitions", () => {
 
   it("a re-run after its executor was killed is accounted for; a kill after the re-run is not", () => {
     const killed = [...started(), ...firstRun(), row("kill", { key: "host:0", pid: 1 }), ...takeover()];
-    expect(judgePartitions(["k"], killed).reruns[0]?.cause).toBe("killed");
+    expect(judgePartitions(["k"], killed, LEASE).reruns[0]?.cause).toBe("killed");
     const late = [...started(), ...firstRun(), ...takeover(), row("kill", { key: "host:0", pid: 1 })];
-    expect(judgePartitions(["k"], late).doubled).toHaveLength(1);
+    expect(judgePartitions(["k"], late, LEASE).doubled).toHaveLength(1);
   });
 
   it("a takeover of running work needs the work's abort first", () => {
@@ -86,11 +89,11 @@ describe("judgePartitions", () => {
       row("abort", { key: "k", fence: 1, pid: 1 }),
       ...takeover(),
     ];
-    expect(judgePartitions(["k"], before).takeovers).toEqual([
+    expect(judgePartitions(["k"], before, LEASE).takeovers).toEqual([
       { key: "k", fence: 2, previousFence: 1, previous: "aborted", marginMs: 10 },
     ]);
     const none = [...started(), ...firstRun(), row("cut", { key: "host:0", pid: 1 }), ...takeover()];
-    expect(judgePartitions(["k"], none).takeovers[0]?.previous).toBe("still running");
+    expect(judgePartitions(["k"], none, LEASE).takeovers[0]?.previous).toBe("still running");
     const after = [
       ...started(),
       ...firstRun(),
@@ -98,7 +101,7 @@ describe("judgePartitions", () => {
       ...takeover(),
       row("abort", { key: "k", fence: 1, pid: 1 }),
     ];
-    expect(judgePartitions(["k"], after).takeovers[0]).toMatchObject({ previous: "still running" });
+    expect(judgePartitions(["k"], after, LEASE).takeovers[0]).toMatchObject({ previous: "still running" });
   });
 
   it("a key left behind by a partition: how long after the heal it stayed held, and until it was won again", () => {
@@ -112,8 +115,21 @@ describe("judgePartitions", () => {
       row("held", { key: "k", fence: 1, pid: 2, at: 3_200, storeAt: 5_200 }),
       row("won", { key: "k", fence: 2, pid: 2, storeAt: 5_300, detail: "reclaimed" }),
     ];
-    expect(judgePartitions(["k"], journal).stuck).toEqual([
+    expect(judgePartitions(["k"], journal, LEASE).stuck).toEqual([
       { key: "k", host: "host:0", fence: 1, stuckMs: 2_300, resumedMs: 100, leaseAfterResumeMs: 2_100 },
     ]);
+  });
+
+  it("a holder that rides out the partition left nothing behind, whatever other deliveries answered", () => {
+    const journal = [
+      ...started(),
+      row("won", { key: "k", fence: 1, pid: 1, storeAt: 0, detail: "new" }),
+      row("work", { key: "k", fence: 1, pid: 1 }),
+      row("cut", { key: "host:0", pid: 1 }),
+      row("outcome", { key: "k", fence: 1, pid: 1, detail: "contention" }), // a duplicate met its own claim
+      row("heal", { key: "host:0", pid: 1 }),
+      row("held", { key: "k", fence: 1, pid: 2, storeAt: 99_999 }), // its heartbeat renews on
+    ];
+    expect(judgePartitions(["k"], journal, LEASE).stuck).toEqual([]);
   });
 });

@@ -104,14 +104,20 @@ export interface PartitionVerdict {
 }
 
 const hostOf = (row: Row) => row.key ?? "";
-const SETTLED = new Set(["committed", "duplicate"]);
 /** The answers of a call whose work ran. */
 const RAN = /^(committed|complete_failed|fenced_out|declined|failed)/;
 const same = (row: Row, key: string, fence: number, pid: number) =>
   row.key === key && row.fence === fence && row.pid === pid;
 
-/** Judges a run's journal for the given orders (the keys published). */
-export function judgePartitions(orders: readonly string[], journal: readonly Row[]): PartitionVerdict {
+/**
+ * Judges a run's journal for the given orders (the keys published). `leaseMs` bounds what a
+ * partition is blamed for: a claim lost within one lease of the link carrying bytes again.
+ */
+export function judgePartitions(
+  orders: readonly string[],
+  journal: readonly Row[],
+  leaseMs: number,
+): PartitionVerdict {
   const rows = [...journal].sort((a, b) => a.seq - b.seq);
   const of = (kind: Row["kind"]) => rows.filter((row) => row.kind === kind);
   const hostOfPid = new Map(of("start").map((row) => [row.pid, hostOf(row)]));
@@ -200,7 +206,9 @@ export function judgePartitions(orders: readonly string[], journal: readonly Row
     const resumedAt = Math.max(heal.at, heal.storeAt ?? heal.at);
     const nextCut =
       cuts.find((row) => hostOf(row) === host && row.seq > cut.seq)?.seq ?? Number.POSITIVE_INFINITY;
-    const inPartition = (row: Row) => row.seq > cut.seq && row.seq < nextCut;
+    // what this partition is blamed for: from the cut until one lease after the bytes resumed
+    // (a heartbeat may still give up then), and not past the host's next partition
+    const inPartition = (row: Row) => row.seq > cut.seq && row.seq < nextCut && row.at <= resumedAt + leaseMs;
     // The claims the host's workers left behind: won before the heal, unsettled when the link went
     // down, and lost in this partition (the work aborted, the call failed, the worker was killed);
     // or answered only after the heal to a claim call that had given up (nobody worked under it).
@@ -208,27 +216,27 @@ export function judgePartitions(orders: readonly string[], journal: readonly Row
     for (const won of of("won")) {
       const { key, fence, pid } = won;
       if (!pids.has(pid) || key === null || fence === null || committed(key, fence, pid)) continue;
-      const settledBefore = outcomes.some((row) => same(row, key, fence, pid) && row.seq < cut.seq);
+      const settledBefore = outcomes.some(
+        (row) => same(row, key, fence, pid) && RAN.test(row.detail ?? "") && row.seq < cut.seq,
+      );
       const lost = rows.some(
         (row) =>
           inPartition(row) &&
           row.pid === pid &&
           ((row.kind === "abort" && same(row, key, fence, pid)) ||
-            (row.kind === "outcome" && row.key === key && !SETTLED.has(row.detail ?? "")) ||
+            (row.kind === "outcome" && same(row, key, fence, pid) && RAN.test(row.detail ?? "")) ||
             row.kind === "kill"),
       );
       const during = won.seq < heal.seq && !settledBefore && lost;
+      // a late answer belongs to the last claim call of that worker for the key that gave up before it
+      const gaveUp = outcomes.findLast(
+        (row) => row.pid === pid && row.key === key && row.detail === "unavailable" && row.seq < won.seq,
+      );
       const late =
         won.seq > heal.seq &&
         !rows.some((row) => row.kind === "work" && same(row, key, fence, pid)) &&
-        outcomes.some(
-          (row) =>
-            row.pid === pid &&
-            row.key === key &&
-            row.detail === "unavailable" &&
-            inPartition(row) &&
-            row.seq < won.seq,
-        );
+        gaveUp !== undefined &&
+        inPartition(gaveUp);
       if (during || late) left.set(key, Math.max(left.get(key) ?? 0, fence));
     }
     for (const [key, fence] of left) {
