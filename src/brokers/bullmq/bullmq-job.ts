@@ -28,6 +28,8 @@ export interface BullWorkerTiming {
   readonly lockRenewTime?: number | undefined;
   /** How often stalled jobs (their lock lapsed) are moved back to wait. @default 30_000 (BullMQ) */
   readonly stalledInterval?: number | undefined;
+  /** Not read: declared so that the worker's whole options object (which has it) fits here. */
+  readonly connection?: unknown;
 }
 
 /** BullMQ's own defaults for the settings above. */
