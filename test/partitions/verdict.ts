@@ -228,15 +228,15 @@ export function judgePartitions(
             row.kind === "kill"),
       );
       const during = won.seq < heal.seq && !settledBefore && lost;
-      // a late answer belongs to the last claim call of that worker for the key that gave up before it
-      const gaveUp = outcomes.findLast(
-        (row) => row.pid === pid && row.key === key && row.detail === "unavailable" && row.seq < won.seq,
-      );
+      // a claim answered in this heal's era (before the host's next partition) to a call that had
+      // given up, possibly in an earlier partition: nobody works under it
       const late =
         won.seq > heal.seq &&
+        won.seq < nextCut &&
         !rows.some((row) => row.kind === "work" && same(row, key, fence, pid)) &&
-        gaveUp !== undefined &&
-        inPartition(gaveUp);
+        outcomes.some(
+          (row) => row.pid === pid && row.key === key && row.detail === "unavailable" && row.seq < won.seq,
+        );
       if (during || late) left.set(key, Math.max(left.get(key) ?? 0, fence));
     }
     for (const [key, fence] of left) {

@@ -18,10 +18,11 @@
  * await lab.close();                               // SIGKILLs what it spawned, deletes veths and namespaces
  * ```
  *
- * Names are unique per run (`oncely-p-<pid>-<n>`, veths `op<pid>x<n>`), and a lab whose test process
- * dies without `close()` is still deleted by an exit hook.
+ * Names are unique per lab (`oncely-p-<pid>-<random>-<host>`, veths `op<pid><random><host>r|h`), and
+ * a lab whose test process exits without `close()` is still deleted by an exit hook.
  */
 import { type ChildProcess, execFileSync, type SpawnOptions, spawn } from "node:child_process";
+import { randomBytes, randomInt } from "node:crypto";
 import { createServer, type Server, type Socket, connect as tcpConnect } from "node:net";
 
 /** Whether this process can build namespaces, and if not, why (the reason a skipped test names). */
@@ -108,7 +109,6 @@ export interface Lab {
   close(): Promise<void>;
 }
 
-let labs = 0;
 const cleanups = new Set<() => void>();
 let exitHook = false;
 
@@ -123,7 +123,7 @@ function hookExit(): void {
 /** The third octet of a 10.77.x.0/24 no interface on this machine uses yet. */
 function freeNet(): number {
   const used = ip(["-o", "-4", "addr", "show"]);
-  const start = (process.pid * 7 + labs * 13) % 250;
+  const start = randomInt(250);
   for (let i = 0; i < 250; i++) {
     const net = ((start + i) % 250) + 1;
     if (!used.includes(` 10.77.${net}.`)) return net;
@@ -134,7 +134,7 @@ function freeNet(): number {
 /** Builds the namespaces and links, and starts the forwarders. Deletes what it made if a step fails. */
 export async function createLab(options: LabOptions): Promise<Lab> {
   if (options.hosts < 1 || options.hosts > 60) throw new Error("a lab has 1 to 60 hosts");
-  const run = labs++;
+  const run = randomBytes(2).toString("hex"); // unique across labs of one process, and its threads
   const net = freeNet();
   const made: { namespace: string; rootLink: string }[] = [];
   const children = new Set<ChildProcess>();
@@ -164,8 +164,8 @@ export async function createLab(options: LabOptions): Promise<Lab> {
   try {
     for (let i = 0; i < options.hosts; i++) {
       const namespace = `oncely-p-${process.pid}-${run}-${i}`;
-      const rootLink = `op${process.pid % 100_000}x${run % 10}${i}r`.slice(0, 15);
-      const hostLink = `op${process.pid % 100_000}x${run % 10}${i}h`.slice(0, 15);
+      const rootLink = `op${process.pid % 100_000}${run}${i}r`; // at most 15 characters
+      const hostLink = `op${process.pid % 100_000}${run}${i}h`;
       const gateway = `10.77.${net}.${4 * i + 1}`;
       const ownAddress = `10.77.${net}.${4 * i + 2}`;
       ip(["netns", "add", namespace]);
