@@ -73,7 +73,7 @@ for (const { store, seed, leaseMs, deliveries, attempts, cuts, kills, verdict } 
       `  faults: ${cuts} partitions, ${kills} SIGKILLs; executions ${verdict.executions}`,
       `  lost ${verdict.lost.length}, doubled ${verdict.doubled.length}, crash-window re-runs ${verdict.reruns.length} ${JSON.stringify(causes)}`,
       `  takeovers ${verdict.takeovers.length}, of aborted work ${aborted.length}: abort-before-takeover margin min ${min(aborted)}`,
-      `  keys left behind by partitions ${verdict.stuck.length}: won again at most ${max(verdict.stuck.flatMap((s) => (s.stuckMs == null ? [] : [s.stuckMs])))} after the heal; lease held past the resumption at most ${max(leases)}`,
+      `  keys left behind by partitions ${verdict.stuck.length}: lease held after the bytes resumed at most ${max(leases)} (lease ${leaseMs} ms); won again at most ${max(verdict.stuck.flatMap((s) => (s.stuckMs == null ? [] : [s.stuckMs])))} after the heal (redelivery included)`,
     ].join("\n"),
   );
 }

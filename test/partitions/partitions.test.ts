@@ -54,7 +54,7 @@ describe.skipIf(!support.ok).each<StoreName>(["redis", "postgres"])(
       const { result } = await deliverUntilSettled(run, job, [0, 1]);
       expect(result).toBe("committed");
       const verdict = verdictFrom(from, [k]);
-      console.log(describeVerdict(`${store} before claim`, verdict, LEASE_MS), verdict.stuck);
+      console.log(describeVerdict(`${store} before claim`, verdict, LEASE_MS));
       expectSound(verdict, LEASE_MS);
       expect(verdict.executions).toBe(1);
       expect((await run.records([k]))[0]?.state).toBe("done");

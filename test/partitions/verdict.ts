@@ -288,9 +288,9 @@ export function describeVerdict(name: string, v: PartitionVerdict, leaseMs: numb
     `takeovers ${v.takeovers.length} (${aborted.length} of aborted work, abort-before-takeover margin ` +
       (margins.length === 0 ? "n/a" : `min ${Math.min(...margins)} ms, max ${Math.max(...margins)} ms`) +
       `; ${v.takeovers.filter((t) => t.previous === "still running").length} of work still running)`,
-    `keys left behind by partitions ${v.stuck.length}, max stuck after heal ` +
-      (recovered.length === 0 ? "n/a" : `${Math.max(...recovered)} ms`) +
-      ` (lease ${leaseMs} ms; max silence after heal ${Math.max(0, ...v.stuck.map((s) => s.resumedMs))} ms; ` +
-      `max lease left after bytes resumed ${leases.length === 0 ? "n/a" : `${Math.max(...leases)} ms`})`,
+    `keys left behind by partitions ${v.stuck.length}: lease held after the bytes resumed at most ` +
+      (leases.length === 0 ? "n/a" : `${Math.max(...leases)} ms`) +
+      ` (lease ${leaseMs} ms; connections silent after the heal up to ${Math.max(0, ...v.stuck.map((s) => s.resumedMs))} ms);` +
+      ` won again at most ${recovered.length === 0 ? "n/a" : `${Math.max(...recovered)} ms`} after the heal (redelivery included)`,
   ].join("\n  ");
 }
