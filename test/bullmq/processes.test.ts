@@ -114,6 +114,32 @@ describe("oncely/bullmq: worker processes SIGKILLed, stalled-job recovery, many 
     });
   }, 60_000);
 
+  it("a live worker whose processor blocks the event loop past lockDuration: BullMQ re-runs the job elsewhere, the re-run meets the live key and is requeued, one effect", async () => {
+    run = bullRun();
+    // the lock lapses within 1 s of the stall; the key (renewed every 4 s) is held at least 8 s
+    const config: WorkerConfig = {
+      leaseMs: 12_000,
+      worker: { lockDuration: 1_000, stalledInterval: 300, maxStalledCount: 100 },
+      stallMs: 6_000,
+    };
+    await run.start(config, "stall-before-effect");
+    const job = await run.queue.add("ship", { order: "O-3" }, { attempts: 1 });
+    await until(
+      async () => (await run.queue.getJobState(job.id as string)) === "active",
+      20_000,
+      "the stall",
+    );
+    await run.start(config); // runs stalled checks while the first one is blocked, and takes the re-run
+    const { stuck, done } = await settled([job], 40_000);
+    expect(stuck).toBe(0);
+    const finished = done[0] as Job<{ order: string }>;
+    expect(finished.stalledCounter).toBeGreaterThanOrEqual(1); // BullMQ did re-run it
+    const journal = await run.journal();
+    expect(journal.filter((row) => row.kind === "delayed").length).toBeGreaterThanOrEqual(1);
+    expect(journal.filter((row) => row.kind === "effect")).toHaveLength(1);
+    expect(finished.returnvalue).toMatchObject({ order: "O-3", fence: 1 });
+  }, 60_000);
+
   it("8 worker processes, every order enqueued twice, a third failing once (retried with backoff): each order's effect runs once", async () => {
     run = bullRun();
     const config: WorkerConfig = { ...LOADED, concurrency: 2, workMs: [30, 120], businessKey: true };

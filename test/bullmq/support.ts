@@ -38,6 +38,8 @@ export interface WorkerConfig {
   readonly concurrency?: number;
   readonly workMs?: readonly [number, number];
   readonly businessKey?: boolean;
+  /** With mode "stall-before-effect": how long the processor blocks the event loop. */
+  readonly stallMs?: number;
 }
 
 async function deleteKeys(redis: Redis, pattern: string): Promise<void> {
@@ -71,7 +73,7 @@ export function bullRun() {
     /** Starts a worker process; resolves once it has printed a line starting with `line`. */
     start(
       config: WorkerConfig,
-      mode: "work" | "hang-after-effect" | "hang-after-complete" = "work",
+      mode: "work" | "hang-after-effect" | "hang-after-complete" | "stall-before-effect" = "work",
       line = "ready",
     ): Promise<ChildProcess> {
       const settings = {

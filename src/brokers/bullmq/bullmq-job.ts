@@ -64,8 +64,9 @@ function positive(wrapper: string, name: string, value: number): number {
  * lock for at most `lockDuration`, and stalled recovery may hand the job to another worker as soon as
  * the lock lapses. The heartbeat renews the guard's lease every `leaseMs / 3`, so the same worker
  * keeps its key for at least `2/3 × leaseMs`. With `leaseMs >= 1.5 × lockDuration` the key outlives
- * the lock: the re-run of a stalled job that is still running meets the live holder and is requeued
- * instead of running the side effect a second time. BullMQ's own renewal must also come before its
+ * the lock: a worker stalled long enough to lose its lock, and for up to `2/3 × leaseMs`, still holds
+ * the key, so the re-run BullMQ starts elsewhere meets the live holder and is requeued instead of
+ * running the side effect a second time. BullMQ's own renewal must also come before its
  * lock lapses (`lockRenewTime < lockDuration`), or every long job would be re-run while it runs.
  *
  * @throws ConfigurationError naming the settings and what to change
