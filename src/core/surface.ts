@@ -26,7 +26,7 @@ export interface SurfaceSpec<S> {
   noKey?(subject: S): string;
   /** How the surface retries, for log lines: e.g. `nack so Pub/Sub redelivers`. @default "retry later" */
   readonly retry?: string | undefined;
-  /** Send the claims made in one tick as one `claimMany` when the backend has it. @default false */
+  /** Send the claims made in one tick as one `claimMany` when the backend declares `capabilities.batchClaim`. @default false */
   readonly batchClaims?: boolean | undefined;
   /**
    * Span attributes for the surface's span (`oncely.<name>`), following the OpenTelemetry semantic

@@ -89,7 +89,7 @@ export function fromPullMessage(pulled: PullMessageLike, subscription?: string):
  * rejection): it resolves with how the message was settled. Errors are logged; `ONCELY_DISABLED`
  * runs the handler unguarded and acks.
  *
- * When the backend has `claimMany` (Redis), the claims of messages that arrive in one tick — a
+ * When the backend declares batched claims (`capabilities.batchClaim`: Redis), the claims of messages that arrive in one tick — a
  * streaming-pull response delivers many at once — go to the store as one batch (one round trip).
  */
 export function idempotentMessage<T = unknown>(
