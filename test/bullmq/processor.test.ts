@@ -6,7 +6,8 @@
  * processes.test.ts.
  */
 import { type Job, UnrecoverableError, Worker } from "bullmq";
-import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
+import { MemoryBackend } from "../../src/backends/memory/index.js";
 import {
   bullmqDefaultKey,
   idempotentProcessor,
@@ -233,10 +234,7 @@ describe("idempotentProcessor: outcomes on a real BullMQ worker", () => {
 });
 
 describe("idempotentProcessor: the lease is checked against the worker at wrap time", () => {
-  const base = { backend: bullRun().backend, logger: silentLogger };
-  afterAll(async () => {
-    await base.backend.close?.();
-  });
+  const base = { backend: new MemoryBackend(), logger: silentLogger };
   const wrap = (options: Partial<ProcessorOptions>) => () =>
     idempotentProcessor(async () => 1, { ...base, ...options } as ProcessorOptions);
 
