@@ -9,3 +9,4 @@ export {
   backendContract,
   type TestRunner,
 } from "./contract.js";
+export * from "./traces.js";

@@ -21,6 +21,7 @@
  * to the first one whose answer in the model depended on a lease or a record expiring are replayed.
  */
 import type { ManualClock } from "../core/clock.js";
+import { OncelyError } from "../core/errors.js";
 import {
   type Observed,
   planClaim,
@@ -82,12 +83,12 @@ const HEADER = /@model n=\d+ lease=(\d+) ttl=(\d+)/;
 export function parseModelTrace(output: string): ModelTrace {
   const header = HEADER.exec(output);
   if (header === null)
-    throw new Error("[oncely] [traces] no `@model` line: not the output of proof/oncely.pml");
+    throw new OncelyError("trace replay: no `@model` line: not the output of proof/oncely.pml");
   const calls: ModelCall[] = [];
   for (const line of output.split("\n")) {
     if (!line.includes("@call")) continue;
     const m = CALL.exec(line);
-    if (m === null) throw new Error(`[oncely] [traces] a call line does not parse: ${line.trim()}`);
+    if (m === null) throw new OncelyError(`trace replay: a call line does not parse: ${line.trim()}`);
     const n = m.slice(1).map((v, i) => (i === 1 ? Number.NaN : Number(v)));
     const [worker, , arg, at, val, fence, via, present, state, recFence, token, leaseUntil, expiresAt] =
       n as [
@@ -106,12 +107,12 @@ export function parseModelTrace(output: string): ModelTrace {
         number,
       ];
     const op = OPS.find((o) => o === m[2]);
-    if (op === undefined) throw new Error(`[oncely] [traces] unknown operation ${m[2]}`);
+    if (op === undefined) throw new OncelyError(`trace replay: unknown operation ${m[2]}`);
     let answer: ModelAnswer;
     if (op !== "claim") answer = val === 1;
     else if (val === 1) {
       const how = VIAS[via];
-      if (how === undefined) throw new Error(`[oncely] [traces] unknown claim route ${via}`);
+      if (how === undefined) throw new OncelyError(`trace replay: unknown claim route ${via}`);
       answer = { kind: "won", fence, via: how };
     } else answer = { kind: val === 2 ? "held" : "done", fence };
     const record: ModelRecord | undefined =
@@ -145,16 +146,18 @@ export interface ReplayReport {
   readonly replayed: number;
 }
 
-/** A step where the backend and the model disagree. */
-export class TraceMismatchError extends Error {
-  override readonly name = "TraceMismatchError";
+/** A step where the backend and the model disagree: what the model expected and what the backend did. */
+export class TraceMismatchError extends OncelyError {
+  override name = "TraceMismatchError";
   constructor(
     message: string,
+    fields: { readonly backend: string; readonly key: string },
+    /** The index of the call in the trace. */
     readonly step: number,
     readonly expected: unknown,
     readonly actual: unknown,
   ) {
-    super(message);
+    super(message, fields);
   }
 }
 
@@ -217,7 +220,7 @@ export async function replayModelTrace(trace: ModelTrace, options: ReplayOptions
   const unit = options.unitMs ?? 1_000;
   const clock = options.clock;
   if (time === "manual" && clock === undefined) {
-    throw new Error("[oncely] [traces] a manual-time replay needs the backend's ManualClock");
+    throw new OncelyError("trace replay: a manual-time replay needs the backend's ManualClock");
   }
   // server time: leases far longer than the replay, so no lease or record lapses on the way
   const scale = time === "manual" ? unit : unit * 1_000;
@@ -234,7 +237,7 @@ export async function replayModelTrace(trace: ModelTrace, options: ReplayOptions
     if (clock !== undefined && time === "manual") {
       const target = base + call.at * unit;
       if (target < clock.now()) {
-        throw new Error(`[oncely] [traces] ${where} goes back in time: replay traces without clock skew`);
+        throw new OncelyError(`trace replay: ${where} goes back in time: replay traces without clock skew`);
       }
       await clock.advance(target - clock.now());
     }
@@ -261,7 +264,8 @@ export async function replayModelTrace(trace: ModelTrace, options: ReplayOptions
     }
     if (!sameAnswer(answer, call.answer)) {
       throw new TraceMismatchError(
-        `[oncely] [traces] [${backend.name}] ${where}: the model answered ${JSON.stringify(call.answer)}, the backend ${JSON.stringify(answer)}`,
+        `trace replay, ${where}: the model answered ${JSON.stringify(call.answer)}, the backend ${JSON.stringify(answer)}`,
+        { backend: backend.name, key },
         step,
         call.answer,
         answer,
@@ -280,7 +284,8 @@ export async function replayModelTrace(trace: ModelTrace, options: ReplayOptions
           };
     if (JSON.stringify(actual) !== JSON.stringify(expected)) {
       throw new TraceMismatchError(
-        `[oncely] [traces] [${backend.name}] ${where}: the model's record is ${JSON.stringify(expected)}, the backend's ${JSON.stringify(actual)}`,
+        `trace replay, ${where}: the model's record is ${JSON.stringify(expected)}, the backend's ${JSON.stringify(actual)}`,
+        { backend: backend.name, key },
         step,
         expected,
         actual,
