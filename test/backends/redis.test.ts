@@ -361,6 +361,39 @@ for (const [label, client] of [
       }
     });
 
+    it("plain claims reuse a recent TIME reading; a lease that ended just now is decided by the script", async () => {
+      // a client of its own, so that its TIME calls are this backend's alone
+      // (counted on ioredis, whose TIME is a method of its own; node-redis sends it as a raw command)
+      const own = label === "ioredis" ? new Redis(url) : await createClient({ url }).connect();
+      const times = vi.spyOn(own as unknown as { time: () => unknown }, "time");
+      const namespace = `x${randomUUID().slice(0, 8)}`;
+      const backend = new RedisBackend({ client: own, namespace });
+      try {
+        const timeCalls = () => times.mock.calls.length;
+        const claims: Won["claim"][] = [];
+        for (let i = 0; i < 20; i++) {
+          const won = await backend.claim(`k-${randomUUID()}`, claimOptions());
+          assert.equal(won.kind, "won");
+          claims.push((won as Won).claim);
+        }
+        if (own instanceof Redis)
+          assert.ok(timeCalls() >= 1 && timeCalls() < 20, `20 claims in a row sent ${timeCalls()} TIME`);
+        // released a moment ago (lease = now on the server, fence 2): the next claim wins at once, fence 3
+        const first = claims[0] as Won["claim"];
+        assert.equal(await backend.release(first), true);
+        const next = await backend.claim(first.key, claimOptions());
+        assert.equal(next.kind === "won" && next.claim.fence, 3);
+        // a held answer from the carried reading still reports time left on the server's clock
+        const held = await backend.claim(first.key, claimOptions());
+        assert.ok(held.kind === "held" && held.remainingMs > 0 && held.remainingMs <= 5_000);
+      } finally {
+        times.mockRestore();
+        await backend.close();
+        if (own instanceof Redis) own.disconnect();
+        else await own.close();
+      }
+    });
+
     it("plainClaims: false claims by script only (version-2 records from the start)", async () => {
       const namespace = `x${randomUUID().slice(0, 8)}`;
       const backend = new RedisBackend({ client, namespace, plainClaims: false });
