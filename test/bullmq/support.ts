@@ -131,7 +131,9 @@ export function bullRun() {
     /** The orders whose side effect reached the keyed sink (first writer wins). */
     effects: async () => Object.keys(await redis.hgetall(`${run}:effects`)),
     async close(): Promise<void> {
-      for (const child of live) child.kill("SIGKILL");
+      await Promise.all(
+        [...live].map((child) => new Promise((resolve) => child.once("exit", resolve).kill("SIGKILL"))),
+      );
       await queue.obliterate({ force: true }).catch(() => {});
       await queue.close();
       await backend.close?.();
