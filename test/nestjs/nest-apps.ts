@@ -64,6 +64,13 @@ export function ordersModule(options: OncelyModuleOptions, orders: Orders): new 
       this.#orders.created.push({ id: `note_${this.#orders.created.length + 1}`, body });
       return `noted ${JSON.stringify(body)}`;
     }
+    self(res: {
+      status?(code: number): { send(body: string): void };
+      code?(code: number): { send(body: string): void };
+    }) {
+      this.#orders.created.push({ id: `self_${this.#orders.created.length + 1}`, body: null });
+      (res.status?.(201) ?? res.code?.(201))?.send("sent by the handler");
+    }
     open(body: unknown) {
       this.#orders.created.push({ id: `open_${this.#orders.created.length + 1}`, body });
       return { ok: true };
@@ -89,6 +96,7 @@ export function ordersModule(options: OncelyModuleOptions, orders: Orders): new 
       [1, Res({ passthrough: true })],
     ],
   );
+  decorateMethod(OrdersController, "self", [Post("self"), Idempotent()], [[0, Res()]]);
   decorateMethod(OrdersController, "open", [Post("open")], [[0, Body()]]);
 
   class AppModule {}

@@ -9,6 +9,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import type { OncelyModuleOptions } from "../../src/adapters/nestjs/index.js";
 import { MemoryBackend } from "../../src/backends/memory/index.js";
 import { silentLogger } from "../../src/core/events.js";
+import { recordingLogger } from "../http/harness.js";
 import { Orders, ordersModule, type Platform, startNest } from "./nest-apps.js";
 
 const key = () => `"${randomUUID()}"`;
@@ -138,6 +139,16 @@ describe.each<Platform>(["express", "fastify"])("Nest HTTP on %s", (platform) =>
     expect(retry.text).toBe(first.text);
     expect(retry.headers.get("x-note")).toBe("kept");
     expect(orders.created).toHaveLength(1);
+  });
+
+  it("a handler that sends its own response (@Res() without passthrough) is stored, and a warning says its replays are not sent", async () => {
+    const logger = recordingLogger();
+    const { orders, post } = await start({ logger });
+    const first = await post("/self", { key: key() });
+    expect(first.status).toBe(201);
+    expect(first.text).toBe("sent by the handler");
+    expect(orders.created).toHaveLength(1);
+    expect(logger.lines).toContainEqual({ level: "warn", message: expect.stringMatching(/passthrough/) });
   });
 
   it("a route without @Idempotent() and a request without a key are left alone", async () => {

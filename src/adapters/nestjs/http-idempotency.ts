@@ -38,11 +38,25 @@ interface MaybeRaw<T> {
 export class NestHttpIdempotency {
   readonly #guard: HttpGuard<NestHttpRequest>;
   readonly #leaseMs: number;
+  #warned = false;
 
   /** @throws ConfigurationError for options that cannot work */
   constructor(options: NestHttpOptions) {
     this.#guard = new HttpGuard<NestHttpRequest>(options, "Idempotent (nestjs)");
     this.#leaseMs = options.leaseMs ?? DEFAULT_HTTP_LEASE_MS;
+  }
+
+  /**
+   * A handler that sends its response itself (`@Res()` without `passthrough`): its first response is
+   * stored, but Nest sends nothing for such a route's replays, which are handed to it as a value.
+   */
+  #warnSelfSent(raw: IncomingMessage): void {
+    if (this.#warned) return;
+    this.#warned = true;
+    this.#guard.logger.warn(
+      { method: raw.method, url: raw.url },
+      "@Idempotent() on a handler that sends its own response (@Res() without passthrough): Nest does not send the replays of such a route; use @Res({ passthrough: true }) and return the body",
+    );
   }
 
   /** The interceptor's HTTP half: `request` and `response` are what Nest's HTTP context holds. */
@@ -58,7 +72,15 @@ export class NestHttpIdempotency {
       let capture: ResponseCapture | undefined;
       // The handler's values reach Nest, which writes the response: into the capture when guarded.
       const handle = () => {
-        handled = next.handle().subscribe(subscriber);
+        handled = next.handle().subscribe({
+          next: (value) => subscriber.next(value),
+          error: (error: unknown) => subscriber.error(error),
+          complete: () => {
+            // Ended before its value reached Nest: the handler sent the response itself (`@Res()`).
+            if (capture?.held !== undefined) this.#warnSelfSent(raw);
+            subscriber.complete();
+          },
+        });
       };
       const decide = async () => {
         const { path, query } = splitUrl((raw as { originalUrl?: string }).originalUrl ?? raw.url ?? "/");
