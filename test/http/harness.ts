@@ -123,7 +123,8 @@ async function fromResponse(response: Response): Promise<Reply> {
   };
 }
 
-async function overFetch(base: string, call: Call): Promise<Reply> {
+/** Makes `call` with `fetch` against a server listening at `base` (surfaces served on a socket). */
+export async function overFetch(base: string, call: Call): Promise<Reply> {
   const { method, path, headers, body } = init(call);
   return fromResponse(await fetch(base + path, { method, headers, ...(body === undefined ? {} : { body }) }));
 }
