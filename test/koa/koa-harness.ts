@@ -8,7 +8,7 @@ import { Readable } from "node:stream";
 import Router from "@koa/router";
 import Koa, { type Context } from "koa";
 import { idempotency } from "../../src/adapters/koa/index.js";
-import { type Plan, type Reply, type Script, type Surface, sleep } from "../http/harness.js";
+import { type Call, overFetch, type Plan, type Script, type Surface, sleep } from "../http/harness.js";
 
 async function readText(stream: AsyncIterable<Buffer | string>): Promise<string> {
   let text = "";
@@ -56,28 +56,7 @@ async function listen(app: Koa): Promise<{ base: string; server: Server }> {
 
 function running(base: string, server: Server) {
   return {
-    async call(call: Parameters<Awaited<ReturnType<Surface["start"]>>["call"]>[0]): Promise<Reply> {
-      const method = call.method ?? "POST";
-      const headers: Record<string, string> = { ...call.headers };
-      if (call.key !== undefined) headers["idempotency-key"] = call.key;
-      const body =
-        call.body ?? (method === "GET" || method === "HEAD" ? undefined : '{"item":"book","qty":1}');
-      if (body !== undefined && headers["content-type"] === undefined)
-        headers["content-type"] = "application/json";
-      const response = await fetch(base + (call.path ?? "/orders"), {
-        method,
-        headers,
-        ...(body === undefined ? {} : { body }),
-      });
-      const map = new Map<string, string>();
-      for (const [name, value] of response.headers) if (name !== "set-cookie") map.set(name, value);
-      return {
-        status: response.status,
-        headers: map,
-        cookies: response.headers.getSetCookie(),
-        body: await response.text(),
-      };
-    },
+    call: (call: Call) => overFetch(base, call),
     close(): Promise<void> {
       server.closeAllConnections();
       return new Promise<void>((resolve) => server.close(() => resolve()));

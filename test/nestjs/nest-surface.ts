@@ -7,7 +7,7 @@
 import { Readable } from "node:stream";
 import { All, Body, Controller, Inject, Module, Req, Res } from "@nestjs/common";
 import { Idempotent, OncelyModule, type OncelyModuleOptions } from "../../src/adapters/nestjs/index.js";
-import { type Script, type Surface, sleep } from "../http/harness.js";
+import { overFetch, type Script, type Surface, sleep } from "../http/harness.js";
 import { decorateMethod, type Platform, startNest } from "./nest-apps.js";
 
 const SCRIPT = "script";
@@ -86,28 +86,7 @@ function nestSurface(platform: Platform): Surface {
       })(AppModule);
       const { app, base } = await startNest(platform, AppModule);
       return {
-        async call(call) {
-          const method = call.method ?? "POST";
-          const headers: Record<string, string> = { ...call.headers };
-          if (call.key !== undefined) headers["idempotency-key"] = call.key;
-          const body =
-            call.body ?? (method === "GET" || method === "HEAD" ? undefined : '{"item":"book","qty":1}');
-          if (body !== undefined && headers["content-type"] === undefined)
-            headers["content-type"] = "application/json";
-          const response = await fetch(base + (call.path ?? "/orders"), {
-            method,
-            headers,
-            ...(body === undefined ? {} : { body }),
-          });
-          const map = new Map<string, string>();
-          for (const [name, value] of response.headers) if (name !== "set-cookie") map.set(name, value);
-          return {
-            status: response.status,
-            headers: map,
-            cookies: response.headers.getSetCookie(),
-            body: await response.text(),
-          };
-        },
+        call: (call) => overFetch(base, call),
         close: () => app.close(),
       };
     },
