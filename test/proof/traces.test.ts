@@ -4,7 +4,7 @@
  * pauses, a clock that lapses leases and expires records), every store call it decides is made on
  * each backend, and each backend must answer and store exactly what the model did.
  *
- * Memory, SQLite and DynamoDB (dynalite) judge time by the injected ManualClock: whole traces replay,
+ * Memory, SQLite, DynamoDB (dynalite), Datastore and Firestore (emulators) judge time by the injected ManualClock: whole traces replay,
  * record times included. Redis, PostgreSQL and MariaDB judge time by their server's clock: each trace
  * replays up to its first call whose answer depended on a lease or a record lapsing (see
  * `clockFreePrefix`); lapses on those stores are the contract suite's own sleeping cases.
@@ -13,11 +13,15 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { Datastore } from "@google-cloud/datastore";
+import type { Firestore } from "@google-cloud/firestore";
 import { Redis } from "ioredis";
 import mysql from "mysql2/promise";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DatastoreBackend } from "../../src/backends/datastore/index.js";
 import { DynamoDBBackend } from "../../src/backends/dynamodb/index.js";
+import { FirestoreBackend } from "../../src/backends/firestore/index.js";
 import { MysqlBackend } from "../../src/backends/mysql/index.js";
 import { PostgresBackend } from "../../src/backends/postgres/index.js";
 import { RedisBackend } from "../../src/backends/redis/index.js";
@@ -30,7 +34,9 @@ import {
   replayModelTrace,
   TraceMismatchError,
 } from "../../src/testing/traces.js";
+import { useDatastoreEmulator } from "../support/datastore-emulator.js";
 import { type Dynalite, startDynalite } from "../support/dynalite.js";
+import { useFirestoreEmulator } from "../support/firestore-emulator.js";
 
 const MODEL = new URL("../../proof/oncely.pml", import.meta.url).pathname;
 const SEEDS = 60;
@@ -85,6 +91,11 @@ const mysqlDatabase = `oncely_traces_${process.pid}_${Date.now().toString(36)}`;
 const mysqlAdmin = mysql.createPool({ uri: mysqlUrl, connectionLimit: 1 });
 const mysqlPool = mysql.createPool({ uri: mysqlUrl, database: mysqlDatabase, connectionLimit: 2 });
 let dynalite: Dynalite | undefined;
+// Datastore and Firestore: one emulator each for this file, one client each
+const datastoreEmulator = useDatastoreEmulator();
+const firestoreEmulator = useFirestoreEmulator();
+let datastore: Datastore | undefined;
+let firestore: Firestore | undefined;
 let dynamoTable = "";
 
 beforeAll(async () => {
@@ -132,6 +143,22 @@ const subjects: Subject[] = [
         namespace: run,
         clock,
       }),
+  },
+  {
+    name: "datastore (emulator)",
+    time: "manual",
+    make: (clock) => {
+      datastore ??= datastoreEmulator.current.client();
+      return new DatastoreBackend({ datastore, namespace: run, clock });
+    },
+  },
+  {
+    name: "firestore (emulator)",
+    time: "manual",
+    make: (clock) => {
+      firestore ??= firestoreEmulator.current.client();
+      return new FirestoreBackend({ firestore, namespace: run, clock });
+    },
   },
   {
     name: "redis",
