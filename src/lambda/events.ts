@@ -16,17 +16,11 @@
 
 import { refuseFailOpen } from "../brokers/settle.js";
 import { ConfigurationError, InvalidKeyError } from "../core/errors.js";
-import { Guard, type GuardOutcome, type SurfaceSpec } from "../core/guard.js";
+import type { GuardOutcome, SurfaceSpec } from "../core/guard.js";
 import { verbError } from "../core/lock.js";
 import { safeText } from "../core/log.js";
 import type { SurfaceOptions } from "../core/options.js";
-import {
-  fingerprintOf,
-  InvocationGuards,
-  type InvocationOptions,
-  LAMBDA_SURFACE,
-  type LambdaWorkContext,
-} from "./invocation.js";
+import { eventGuards, type InvocationOptions, LAMBDA_SURFACE, type LambdaWorkContext } from "./invocation.js";
 import type { EventBridgeEventLike, LambdaContextLike, SnsEventLike, SnsRecordLike } from "./lambda-types.js";
 
 /**
@@ -158,12 +152,7 @@ export function snsHandler<
   checkHandler("snsHandler", handler, options);
   const { fingerprint, ...config } = options;
   const spec = snsSurface as unknown as SurfaceSpec<R>;
-  const guards = new InvocationGuards<R, T>(
-    "snsHandler",
-    LAMBDA_SURFACE,
-    config,
-    (o) => new Guard<R, T>(o, spec),
-  );
+  const guards = eventGuards<R, T>(spec, config);
 
   return async function handleSnsEvent(event: SnsEventLike<R>, context: C): Promise<void> {
     const records = (event as { Records?: unknown } | null | undefined)?.Records;
@@ -183,14 +172,7 @@ export function snsHandler<
           failure ??= { error: invocation.signal.reason };
           break;
         }
-        const outcome = await invocation.guard.run(
-          record,
-          (base) => handler(record, invocation.context(base, context)),
-          {
-            fingerprint: fingerprintOf(invocation.guard, fingerprint, record),
-            wait: invocation.wait(),
-          },
-        );
+        const outcome = await invocation.run(record, handler, context, fingerprint);
         const settled = valueOrError(outcome, LAMBDA_SURFACE);
         if (!settled.ok) failure ??= { error: settled.error };
       }
@@ -218,12 +200,7 @@ export function eventBridgeHandler<
   checkHandler("eventBridgeHandler", handler, options);
   const { fingerprint, ...config } = options;
   const spec = eventBridgeSurface as unknown as SurfaceSpec<E>;
-  const guards = new InvocationGuards<E, T>(
-    "eventBridgeHandler",
-    LAMBDA_SURFACE,
-    config,
-    (o) => new Guard<E, T>(o, spec),
-  );
+  const guards = eventGuards<E, T>(spec, config);
 
   return async function handleEventBridgeEvent(event: E, context: C): Promise<T | undefined> {
     if (
@@ -240,14 +217,7 @@ export function eventBridgeHandler<
     }
     const invocation = guards.invocation(context);
     try {
-      const outcome = await invocation.guard.run(
-        event,
-        (base) => handler(event, invocation.context(base, context)),
-        {
-          fingerprint: fingerprintOf(invocation.guard, fingerprint, event),
-          wait: invocation.wait(),
-        },
-      );
+      const outcome = await invocation.run(event, handler, context, fingerprint);
       const settled = valueOrError(outcome, LAMBDA_SURFACE);
       if (!settled.ok) throw settled.error;
       return settled.value;

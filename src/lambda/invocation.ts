@@ -31,7 +31,7 @@ import { systemClock } from "../core/clock.js";
 import { surfaceDefaults } from "../core/defaults.js";
 import { ConfigurationError, OncelyError } from "../core/errors.js";
 import type { Logger } from "../core/events.js";
-import type { Guard } from "../core/guard.js";
+import { Guard, type GuardOutcome, type SurfaceSpec } from "../core/guard.js";
 import type { BackendFactory, SurfaceOptions, WorkContext } from "../core/options.js";
 import type { Backend } from "../core/types.js";
 import type { LambdaContextLike } from "./lambda-types.js";
@@ -115,6 +115,22 @@ export class Invocation<S, T> {
   wait(): number {
     if (this.#deadlineAt === undefined) return this.#wait;
     return Math.max(0, Math.min(this.#wait, this.#deadlineAt - this.#clock.now()));
+  }
+
+  /**
+   * Runs `handler(subject, context)` under the guard, with the subject's fingerprint and the wait
+   * capped by the deadline.
+   */
+  run<C extends LambdaContextLike>(
+    subject: S,
+    handler: (subject: S, context: LambdaWorkContext<C>) => T | Promise<T>,
+    lambdaContext: C,
+    fingerprint: ((subject: S) => string | undefined) | undefined,
+  ): Promise<GuardOutcome<T>> {
+    return this.guard.run(subject, (base) => handler(subject, this.context(base, lambdaContext)), {
+      fingerprint: fingerprintOf(this.guard, fingerprint, subject),
+      wait: this.wait(),
+    });
   }
 
   /** The handler's context: the claim's fields, Lambda's context, a signal for both endings. */
@@ -268,6 +284,19 @@ export class InvocationGuards<S, T, G = Guard<S, T>> {
     this.#guards.set(name, guard);
     return guard;
   }
+}
+
+/** The guards of an event-source wrapper (`Guard`s of the `lambda` surface described by `spec`). */
+export function eventGuards<S, T>(
+  spec: SurfaceSpec<S>,
+  options: SurfaceOptions<S, T> & InvocationOptions,
+): InvocationGuards<S, T> {
+  return new InvocationGuards<S, T>(
+    spec.wrapper ?? spec.name,
+    LAMBDA_SURFACE,
+    options,
+    (o) => new Guard<S, T>(o, spec),
+  );
 }
 
 /** The remaining time, or undefined when the context has none (or a nonsensical one). */

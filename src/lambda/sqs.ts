@@ -19,17 +19,10 @@
 
 import { refuseFailOpen } from "../brokers/settle.js";
 import { ConfigurationError } from "../core/errors.js";
-import { Guard, type GuardOutcome, type SurfaceSpec } from "../core/guard.js";
+import type { GuardOutcome, SurfaceSpec } from "../core/guard.js";
 import { safeText } from "../core/log.js";
 import type { SurfaceOptions } from "../core/options.js";
-import {
-  fingerprintOf,
-  type Invocation,
-  InvocationGuards,
-  type InvocationOptions,
-  LAMBDA_SURFACE,
-  type LambdaWorkContext,
-} from "./invocation.js";
+import { eventGuards, type InvocationOptions, LAMBDA_SURFACE, type LambdaWorkContext } from "./invocation.js";
 import type { LambdaContextLike, SqsBatchResponse, SqsEventLike, SqsRecordLike } from "./lambda-types.js";
 
 /** Handles one SQS record under its claim. A throw (or a rejected promise) reports the record for a retry. */
@@ -148,12 +141,7 @@ export function sqsBatchHandler<
     });
   }
   const spec = surface as unknown as SurfaceSpec<R>;
-  const guards = new InvocationGuards<R, T>(
-    "sqsBatchHandler",
-    LAMBDA_SURFACE,
-    config,
-    (o) => new Guard<R, T>(o, spec),
-  );
+  const guards = eventGuards<R, T>(spec, config);
 
   return async function handleSqsBatch(event: SqsEventLike<R>, context: C): Promise<SqsBatchResponse> {
     const records = checkEvent(event);
@@ -167,7 +155,7 @@ export function sqsBatchHandler<
         );
         return false;
       }
-      const outcome = await runRecord(invocation, record, handler, context, fingerprint);
+      const outcome = await invocation.run(record, handler, context, fingerprint);
       return !mustRetry(outcome);
     };
     try {
@@ -203,19 +191,6 @@ export function sqsBatchHandler<
         .map((r) => ({ itemIdentifier: r.messageId })),
     };
   };
-}
-
-async function runRecord<T, R extends SqsRecordLike, C extends LambdaContextLike>(
-  invocation: Invocation<R, T>,
-  record: R,
-  handler: SqsRecordHandler<T, R, C>,
-  lambdaContext: C,
-  fingerprint: ((record: R) => string | undefined) | undefined,
-): Promise<GuardOutcome<T>> {
-  return invocation.guard.run(record, (base) => handler(record, invocation.context(base, lambdaContext)), {
-    fingerprint: fingerprintOf(invocation.guard, fingerprint, record),
-    wait: invocation.wait(),
-  });
 }
 
 /** Records that run one after another: a FIFO message group, or a single record of a standard queue. */
