@@ -38,6 +38,8 @@ const NATS = "nats://127.0.0.1:4222";
 class Work {
   events: unknown[] = [];
   calls: unknown[] = [];
+  /** How long `price` works. */
+  priceMs = 50;
   /** `price` throws while positive. */
   failures = 0;
   /** `paid` returns without its ack while positive (a consumer that dies before acking). */
@@ -67,7 +69,7 @@ function handlersModule(prefix: string, work: Work, options: OncelyModuleOptions
       context.getChannelRef().ack(context.getMessage());
     }
     async price(data: { qty: number }) {
-      await new Promise((resolve) => setTimeout(resolve, 50));
+      await new Promise((resolve) => setTimeout(resolve, work.priceMs));
       if (work.failures > 0) {
         work.failures--;
         throw new Error("pricing failed");
@@ -215,10 +217,10 @@ describe("Nest microservices on RabbitMQ", () => {
 });
 
 describe("Nest microservices on NATS", () => {
-  async function start(work: Work) {
+  async function start(work: Work, options: Partial<OncelyModuleOptions> = {}) {
     const prefix = `oncely-nest-${randomUUID()}`;
     const app = await NestFactory.createMicroservice<MicroserviceOptions>(
-      handlersModule(prefix, work, { backend: new MemoryBackend(), logger: silentLogger }),
+      handlersModule(prefix, work, { backend: new MemoryBackend(), logger: silentLogger, ...options }),
       { transport: Transport.NATS, options: { servers: [NATS] }, logger: false },
     );
     await app.listen();
@@ -258,6 +260,28 @@ describe("Nest microservices on NATS", () => {
       message: expect.stringMatching(/another payload/),
     });
     expect(work.calls).toHaveLength(1);
+  });
+
+  it("a duplicate in flight is IDEMPOTENCY_IN_PROGRESS at once, or with wait gets the first reply; the handler runs once", async () => {
+    for (const wait of [0, 5_000]) {
+      const work = new Work();
+      work.priceMs = 1_000;
+      const { prefix, proxy, record } = await start(work, { wait });
+      const ask = () => lastValueFrom(proxy.send(`${prefix}.price`, record({ qty: 2 }, "busy-1")));
+      const [first, second] = await Promise.allSettled([ask(), ask()]);
+      expect(work.calls).toHaveLength(1);
+      const values = [first, second].filter((settled) => settled.status === "fulfilled");
+      const refused = [first, second].filter((settled) => settled.status === "rejected");
+      if (wait === 0) {
+        expect(values).toHaveLength(1);
+        expect(refused[0]?.reason).toMatchObject({ code: "IDEMPOTENCY_IN_PROGRESS" });
+      } else {
+        expect(values.map((settled) => settled.value)).toEqual([
+          { total: 14, call: 1 },
+          { total: 14, call: 1 },
+        ]);
+      }
+    }
   });
 
   it("a handler that throws releases its key: the caller's retry runs it", async () => {
