@@ -23,6 +23,7 @@ export default defineConfig([
       mcp: "src/mcp/index.ts",
       koa: "src/adapters/koa/index.ts",
       nestjs: "src/adapters/nestjs/index.ts",
+      sqs: "src/brokers/sqs/index.ts",
     },
     format: ["esm", "cjs"],
     dts: true,

@@ -29,6 +29,7 @@ const sources = {
   "./mcp": "src/mcp/index.ts",
   "./koa": "src/adapters/koa/index.ts",
   "./nestjs": "src/adapters/nestjs/index.ts",
+  "./sqs": "src/brokers/sqs/index.ts",
 };
 // Regenerated only when a source file, package.json or this script is newer than the last output.
 function newest(path) {

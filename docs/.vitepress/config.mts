@@ -75,6 +75,7 @@ export default defineConfig({
           { text: "RabbitMQ and NATS", link: "/brokers" },
           { text: "BullMQ job queues", link: "/bullmq" },
           { text: "AWS Lambda and Middy", link: "/lambda" },
+          { text: "SQS consumers (sqs-consumer)", link: "/sqs" },
           { text: "MCP tool calls", link: "/mcp" },
           { text: "Koa", link: "/koa" },
           { text: "NestJS", link: "/nestjs" },

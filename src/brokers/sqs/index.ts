@@ -1,0 +1,3 @@
+// Placeholder while this entry is built (session 2026-12-03); replaced by its surface.
+/** @internal */
+export const PLACEHOLDER = true;
