@@ -130,6 +130,28 @@ byte windows = 0; /* takeovers of a finished claim whose complete was not record
 byte reruns = 0; /* claims of a done record past its expiry (a new key: a legitimate run) */
 byte lastFence = 0;
 
+/*
+ * For random simulations (the traces replayed on the real backends): SIM_LOSSES bounds the requests
+ * and replies lost in one run, SIM_BACKOFF spaces a worker's redeliveries, so that a run reaches
+ * completes and renewals more often. The exhaustive check uses neither.
+ */
+#ifdef SIM_LOSSES
+byte losses = 0;
+#define MAY_LOSE (losses < SIM_LOSSES)
+#define LOST losses++
+#else
+#define MAY_LOSE true
+#define LOST skip
+#endif
+#ifdef SIM_BACKOFF
+byte nextTry[N];
+#define REDELIVERY_DUE(w) (now >= nextTry[w])
+#define REDELIVER_LATER(w) nextTry[w] = now + SIM_BACKOFF
+#else
+#define REDELIVERY_DUE(w) true
+#define REDELIVER_LATER(w) skip
+#endif
+
 #define local(w) (now + skew[w])
 #ifdef SERVER_CLOCK
 #define storeNow(w) (now)
@@ -311,9 +333,9 @@ inline call(w, op, arg) {
         check_fence();
         if
         :: ok = true; break /* the reply arrives */
-        :: true /* the reply is lost */
+        :: MAY_LOSE -> LOST /* the reply is lost */
         fi
-     :: true /* the request is lost */
+     :: MAY_LOSE -> LOST /* the request is lost */
      fi
   od
 }
@@ -345,7 +367,7 @@ inline handle_renew(w) {
   if
   :: hWait[w] && beating(w) && rv -> renew_ok(w)
   :: hWait[w] && beating(w) && !rv -> renew_failed(w, true)
-  :: hWait[w] && beating(w) -> renew_failed(w, false) /* the reply is lost */
+  :: hWait[w] && beating(w) && MAY_LOSE -> LOST; renew_failed(w, false) /* the reply is lost */
   :: else
   fi;
   clear_hb(w);
@@ -374,7 +396,7 @@ proctype Worker(byte w) {
 end:
   do
   /* a delivery arrives: claim with a fresh token (unique per call: worker and delivery) */
-  :: atomic { phase[w] == IDLE && delivery[w] < DELIVERIES ->
+  :: atomic { phase[w] == IDLE && delivery[w] < DELIVERIES && REDELIVERY_DUE(w) ->
        delivery[w]++;
        call(w, OP_CLAIM, w * DELIVERIES + delivery[w]);
        if
@@ -382,7 +404,7 @@ end:
           /* the claim is valid from when its call was sent */
           myFence[w] = f; validFrom[w] = local(w); prog[w] = 0; aborted[w] = false; phase[w] = WORKING
        :: ok && val == SEEN_DONE -> phase[w] = FINISHED /* a duplicate: acked */
-       :: else /* held (contention) or unavailable: redelivered later */
+       :: else -> REDELIVER_LATER(w) /* held (contention) or unavailable: redelivered later */
        fi;
        t = 0; via = 0; val = 0; f = 0; attempt = 0; ok = false }
 
@@ -426,7 +448,7 @@ end:
        fi }
   /* the network: the renewal reaches the store, or is lost */
   :: atomic { hState[w] == W_SENT -> handle_renew(w); t = 0 }
-  :: atomic { hState[w] == W_SENT ->
+  :: atomic { hState[w] == W_SENT && MAY_LOSE -> LOST;
        if :: hWait[w] && beating(w) -> renew_failed(w, false) :: else fi;
        clear_hb(w) }
   /* its deadline: the heartbeat stops waiting (a late answer is ignored) */
