@@ -43,7 +43,11 @@ export class Orders {
 export const ORDERS = "orders";
 
 /** The app: POST /orders (guarded, 201 JSON), POST /notes (guarded, 200 text), POST /open (not guarded). */
-export function ordersModule(options: OncelyModuleOptions, orders: Orders): new () => object {
+export function ordersModule(
+  options: OncelyModuleOptions,
+  orders: Orders,
+  how: "forRoot" | "forRootAsync" = "forRoot",
+): new () => object {
   class OrdersController {
     readonly #orders: Orders;
     constructor(ordersService: Orders) {
@@ -101,7 +105,11 @@ export function ordersModule(options: OncelyModuleOptions, orders: Orders): new 
 
   class AppModule {}
   Module({
-    imports: [OncelyModule.forRoot(options)],
+    imports: [
+      how === "forRoot"
+        ? OncelyModule.forRoot(options)
+        : OncelyModule.forRootAsync({ useFactory: async () => options }),
+    ],
     controllers: [OrdersController],
     providers: [{ provide: ORDERS, useValue: orders }],
   })(AppModule);

@@ -21,11 +21,14 @@ describe.each<Platform>(["express", "fastify"])("Nest HTTP on %s", (platform) =>
     app = undefined;
   });
 
-  async function start(options: Partial<OncelyModuleOptions> = {}) {
+  async function start(
+    options: Partial<OncelyModuleOptions> = {},
+    how: "forRoot" | "forRootAsync" = "forRoot",
+  ) {
     const orders = new Orders();
     const started = await startNest(
       platform,
-      ordersModule({ backend: new MemoryBackend(), logger: silentLogger, ...options }, orders),
+      ordersModule({ backend: new MemoryBackend(), logger: silentLogger, ...options }, orders, how),
     );
     app = started.app;
     const post = async (
@@ -56,6 +59,16 @@ describe.each<Platform>(["express", "fastify"])("Nest HTTP on %s", (platform) =>
     expect(retry.headers.get("idempotent-replayed")).toBe("true");
     expect(retry.text).toBe(first.text);
     expect(retry.headers.get("content-type")).toBe(first.headers.get("content-type"));
+    expect(orders.created).toHaveLength(1);
+  });
+
+  it("OncelyModule.forRootAsync: options from a factory guard the same way", async () => {
+    const { orders, post } = await start({}, "forRootAsync");
+    const k = key();
+    const first = await post("/orders", { key: k });
+    const retry = await post("/orders", { key: k });
+    expect(retry.headers.get("idempotent-replayed")).toBe("true");
+    expect(retry.text).toBe(first.text);
     expect(orders.created).toHaveLength(1);
   });
 

@@ -284,6 +284,22 @@ describe("Nest microservices on NATS", () => {
     }
   });
 
+  it("messages.key and messages.scope: the key from the payload, one key space per tenant, no tenant refused", async () => {
+    const work = new Work();
+    const { prefix, proxy, record } = await start(work, {
+      messages: {
+        key: (data) => (data as { quote?: string }).quote,
+        scope: (data) => (data as { tenant?: string }).tenant,
+      },
+    });
+    const ask = (data: object) => lastValueFrom(proxy.send(`${prefix}.price`, record(data, randomUUID())));
+    const a = await ask({ qty: 1, quote: "q", tenant: "a" });
+    expect(await ask({ qty: 1, quote: "q", tenant: "a" })).toEqual(a);
+    expect(await ask({ qty: 1, quote: "q", tenant: "b" })).toEqual({ total: 7, call: 2 });
+    await expect(ask({ qty: 1, quote: "q" })).rejects.toMatchObject({ code: "IDEMPOTENCY_REFUSED" });
+    expect(work.calls).toHaveLength(2);
+  });
+
   it("a handler that throws releases its key: the caller's retry runs it", async () => {
     const work = new Work();
     work.failures = 1;

@@ -16,7 +16,6 @@ import { createHash } from "node:crypto";
 import type { CallHandler } from "@nestjs/common";
 import { defer, lastValueFrom, type Observable } from "rxjs";
 import { canonicalJson } from "../../core/canonical-json.js";
-import { OncelyError } from "../../core/errors.js";
 import { Guard, type GuardOutcome, type SurfaceSpec } from "../../core/guard.js";
 import { safeText } from "../../core/log.js";
 import type { ResultOptions } from "../../core/options.js";
@@ -31,7 +30,7 @@ import type { HttpCoreOptions } from "../../http/options.js";
 export interface NestMessageOptions extends ResultOptions<unknown> {
   /**
    * The message's idempotency key, from its data and Nest's transport context (`RmqContext`,
-   * `NatsContext`, …). A message without one is refused (`OncelyError`; the handler does not run).
+   * `NatsContext`, …). A message without one is refused (`IDEMPOTENCY_REFUSED`; the handler does not run).
    * @default RabbitMQ: the `messageId` property; NATS: the `Nats-Msg-Id` header, else `Idempotency-Key`
    */
   readonly key?: ((data: unknown, context: object) => string | undefined | null) | undefined;
@@ -56,6 +55,8 @@ interface NestMessage {
   /** The pattern (RabbitMQ) or subject (NATS) the message came on. */
   readonly pattern: string;
   readonly id: string | undefined;
+  /** From `messages.scope`, when configured. */
+  readonly tenant: string | undefined;
 }
 
 /** RabbitMQ's context, as far as it is read (`RmqContext`'s public methods). */
@@ -125,7 +126,7 @@ export class NestMessageIdempotency {
   /** @throws ConfigurationError for options that cannot work */
   constructor(core: HttpCoreOptions, options: NestMessageOptions = {}) {
     this.#options = options;
-    const { key, scope, codec, maxResultBytes, onDuplicate } = options;
+    const { key, codec, maxResultBytes, onDuplicate } = options;
     this.#guard = new Guard<NestMessage, unknown>(
       {
         ...core,
@@ -136,15 +137,8 @@ export class NestMessageIdempotency {
         key: (message) => {
           const id = key === undefined ? message.id : (key(message.data, message.context) ?? undefined);
           if (id === undefined || id === "") return undefined;
-          let tenant: string | undefined;
-          if (scope !== undefined) {
-            const resolved = scope(message.data, message.context);
-            if (typeof resolved !== "string" || resolved.length === 0) {
-              throw new OncelyError("the message's scope yielded nothing; refused (fail closed)");
-            }
-            tenant = resolved;
-          }
-          return `nestjs:${lengthPrefixedHash(["message", id, tenant === undefined ? "-" : `=${tenant}`, message.pattern])}`;
+          const tenant = message.tenant === undefined ? "-" : `=${message.tenant}`;
+          return `nestjs:${lengthPrefixedHash(["message", id, tenant, message.pattern])}`;
         },
         mode: "lock",
       },
@@ -155,12 +149,20 @@ export class NestMessageIdempotency {
   /** The interceptor's microservice half: `data` and `context` are what Nest's RPC context holds. */
   intercept(data: unknown, context: object, next: CallHandler): Observable<unknown> {
     return defer(async () => {
-      const message: NestMessage = { data, context, ...identify(context) };
-      const outcome = await this.#guard.run(
-        message,
-        () => lastValueFrom(next.handle(), { defaultValue: undefined }),
-        { fingerprint: fingerprintOf(data) },
-      );
+      let tenant: string | undefined;
+      const { scope } = this.#options;
+      if (scope !== undefined) {
+        const resolved = scope(data, context);
+        tenant = typeof resolved === "string" && resolved.length > 0 ? resolved : undefined;
+      }
+      const message: NestMessage = { data, context, tenant, ...identify(context) };
+      // A configured scope that yields nothing: refused, never guarded in a shared space.
+      const outcome: GuardOutcome<unknown> =
+        scope !== undefined && tenant === undefined
+          ? { kind: "refused", reason: "the message's scope yielded no tenant (fail closed)" }
+          : await this.#guard.run(message, () => lastValueFrom(next.handle(), { defaultValue: undefined }), {
+              fingerprint: fingerprintOf(data),
+            });
       this.#settle(context, outcome);
       const answer = answerOf(outcome, message);
       if (answer.kind === "value") return answer.value;
