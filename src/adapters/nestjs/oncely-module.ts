@@ -26,6 +26,7 @@ export interface OncelyModuleAsyncOptions extends Pick<ModuleMetadata, "imports"
  * `imports: [OncelyModule.forRoot({ backend })]`; then put `@Idempotent()` on the HTTP routes and
  * microservice handlers to guard. Global by default, so every module's `@Idempotent()` finds it.
  */
+// biome-ignore lint/complexity/noStaticOnlyClass: a Nest dynamic module is a class with static forRoot()
 export class OncelyModule {
   /**
    * The module with these options: the backend and the core options (lease, wait, logger,
