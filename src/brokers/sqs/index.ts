@@ -1,3 +1,7 @@
-// Placeholder while this entry is built (session 2026-12-03); replaced by its surface.
-/** @internal */
-export const PLACEHOLDER = true;
+export {
+  type GuardedMessageHandler,
+  idempotentMessageHandler,
+  type MessageHandler,
+  type MessageHandlerOptions,
+  type SqsMessageLike,
+} from "./sqs-consumer.js";
