@@ -1,5 +1,5 @@
 /**
- * `oncely/nestjs`: `OncelyModule` and `@Idempotent()` for NestJS 10 to 12: HTTP controllers on the
+ * `oncely/nestjs`: `OncelyModule` and `@Idempotent()` for NestJS 12: HTTP controllers on the
  * Express and Fastify platforms (`Idempotency-Key`), and `@EventPattern`/`@MessagePattern` handlers
  * on the microservice transports (RabbitMQ, NATS).
  */
