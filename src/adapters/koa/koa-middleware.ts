@@ -22,7 +22,7 @@ const NAME = "idempotency (koa)";
 const EMPTY_STATUS = new Set([204, 205, 304]);
 
 /**
- * Koa middleware for `Idempotency-Key`, for Koa 3 and 2: `app.use(idempotency(options))`, or on
+ * Koa middleware for `Idempotency-Key`, for Koa 3: `app.use(idempotency(options))`, or on
  * the routes it guards (`router.post("/orders", idempotency(options), handler)` with `@koa/router`).
  *
  * The handler's response is held back until the record is stored (Koa sends it after the
