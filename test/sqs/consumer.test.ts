@@ -172,6 +172,41 @@ describe.skipIf(moto === undefined)("oncely/sqs with sqs-consumer on moto_server
     }
   }, 120_000);
 
+  it("a live holder elsewhere: the duplicate stays on the queue (InProgressError), comes back after the holder's retry-after, then is deleted unrun", async () => {
+    const queueUrl = await queue("contention");
+    const runs: string[] = [];
+    const contended = () =>
+      [...first.errors, ...second.errors].some(
+        (error) => (error as Error & { cause?: unknown }).cause instanceof InProgressError,
+      );
+    const handler = async (message: Message) => {
+      runs.push(message.MessageId ?? "");
+      // hold the key until the other delivery has met it
+      await until("the duplicate to meet the live holder", contended, 30_000);
+    };
+    const key = (message: Message) => `held:${id}:${message.Body}`;
+    const first = consume(queueUrl, handler, { key });
+    const second = consume(queueUrl, handler, { key });
+    await send(server.sqs, queueUrl, "C-1");
+    await send(server.sqs, queueUrl, "C-1");
+    await until(
+      "both messages to leave the queue",
+      async () => (await remaining(server.sqs, queueUrl)) === 0,
+      60_000,
+    );
+    first.consumer.stop();
+    second.consumer.stop();
+    expect(runs).toHaveLength(1);
+    const causes = [...first.errors, ...second.errors].map(
+      (error) => (error as Error & { cause?: unknown }).cause,
+    );
+    expect(causes.length).toBeGreaterThanOrEqual(1);
+    for (const cause of causes) {
+      expect(cause).toBeInstanceOf(InProgressError);
+      expect((cause as InProgressError).retryAfterMs).toBeGreaterThan(0);
+    }
+  }, 90_000);
+
   it("fails closed on an invalid key: nothing runs and the message stays on the queue", async () => {
     const queueUrl = await queue("invalid");
     let ran = 0;
