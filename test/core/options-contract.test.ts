@@ -66,6 +66,15 @@ describe("every core option is accepted by every non-HTTP surface, as the core d
     expectTypeOf<Backend>().toExtend<BullOptions["backend"]>();
   });
 
+  it("long-poll consumers: sqs-consumer (idempotentMessageHandler)", () => {
+    type SqsOptions = import("../../src/brokers/sqs/index.js").MessageHandlerOptions<
+      import("../../src/brokers/sqs/index.js").SqsMessageLike,
+      number
+    >;
+    expectTypeOf<AsDeclaredBy<SqsOptions>>().toEqualTypeOf<Core>();
+    expectTypeOf<Backend>().toExtend<SqsOptions["backend"]>();
+  });
+
   it("agent tool calls: MCP (idempotentTool)", () => {
     type ToolOptions = import("../../src/mcp/index.js").McpToolOptions<unknown, number>;
     expectTypeOf<AsDeclaredBy<ToolOptions>>().toEqualTypeOf<Core>();
