@@ -267,7 +267,7 @@ export class PartitionRun {
   }
 
   #journal(
-    kind: "cut" | "heal" | "kill" | "start",
+    kind: "cut" | "heal" | "kill" | "slow" | "start",
     pid: number,
     host: number | null,
     detail: string | null = null,
@@ -302,6 +302,18 @@ export class PartitionRun {
     const h = this.lab.hosts[host] as (typeof this.lab.hosts)[number];
     h.heal();
     this.#lastHeal.set(host, this.#journal("heal", this.#workers.get(host)?.pid ?? 0, host));
+  }
+
+  /**
+   * Delays every byte between `host`'s worker and its store by `ms` in each direction (its fault
+   * proxy's `delayMs`; 0 ends the spell), journaled: a re-run after a call that gave up on the slow
+   * link is accounted like one after a partition.
+   */
+  slow(host: number, ms: number): void {
+    const proxy = this.proxies[host];
+    if (proxy === undefined) throw new Error(`no host ${host}`);
+    proxy.delayMs = ms;
+    this.#journal("slow", this.#workers.get(host)?.pid ?? 0, host, `${ms} ms`);
   }
 
   /** SIGKILLs a worker; resolves (journaled) once its exit is observed. */

@@ -33,6 +33,13 @@ describe.skipIf(!support.ok).each<StoreName>(["redis", "postgres"])(
         LEASE_MS,
       );
     const lastSeq = () => run.journal().at(-1)?.seq ?? 0;
+    /**
+     * Waits until `host`'s worker commits a trivial job: after a partition its one connection may be
+     * dead for a while (the RST of a reset connection reaches it only after the heal), and a case
+     * must not start on a worker that cannot reach its store yet.
+     */
+    const reachable = (host: number) =>
+      deliverUntilSettled(run, { key: key("reachable"), beforeMs: 0, afterMs: 0 }, [host]);
 
     beforeAll(async () => {
       run = await PartitionRun.start({ store, hosts: 2, leaseMs: LEASE_MS });
@@ -61,6 +68,7 @@ describe.skipIf(!support.ok).each<StoreName>(["redis", "postgres"])(
     }, 60_000);
 
     it("cut during the work: the heartbeat aborts the work before another worker takes the key over", async () => {
+      await reachable(0);
       const from = lastSeq();
       const k = key("during-work");
       const holder = run.worker(0);
@@ -80,6 +88,7 @@ describe.skipIf(!support.ok).each<StoreName>(["redis", "postgres"])(
     }, 60_000);
 
     it("cut during complete: the work re-runs once, accounted to the crash window, under a higher fence", async () => {
+      await reachable(0);
       const from = lastSeq();
       const k = key("during-complete");
       const holder = run.worker(0);
@@ -103,6 +112,7 @@ describe.skipIf(!support.ok).each<StoreName>(["redis", "postgres"])(
     }, 60_000);
 
     it("complete's reply lost, then cut: the key is done, the redelivery is a duplicate, nothing re-runs", async () => {
+      await reachable(0);
       const from = lastSeq();
       const k = key("complete-reply-lost");
       const holder = run.worker(0);
@@ -127,6 +137,7 @@ describe.skipIf(!support.ok).each<StoreName>(["redis", "postgres"])(
     }, 60_000);
 
     it("a renewal's reply lost, then cut: the store extended the lease, the worker aborts before it lapses", async () => {
+      await reachable(0);
       const from = lastSeq();
       const k = key("during-renew");
       const holder = run.worker(0);
@@ -149,6 +160,66 @@ describe.skipIf(!support.ok).each<StoreName>(["redis", "postgres"])(
       expectSound(verdict, LEASE_MS);
       expect(verdict.executions).toBe(1);
       expect(verdict.takeovers.map((t) => t.previous)).toEqual(["aborted"]);
+    }, 60_000);
+
+    it("the link slows past the store-call deadline mid-work: renewals give up, the work aborts before the takeover", async () => {
+      await reachable(0);
+      const from = lastSeq();
+      const k = key("slow-link");
+      const holder = run.worker(0);
+      const slow = holder.deliver({ key: k, beforeMs: 4 * LEASE_MS, afterMs: 20 });
+      await holder.phase(slow.id, "working");
+      // half a lease each way: every renewal's round trip outlasts its deadline (at most a third of
+      // the lease), yet each one still reaches the store late and extends the lease from there
+      run.slow(0, LEASE_MS / 2);
+      try {
+        const { result } = await deliverUntilSettled(run, { key: k, beforeMs: 50, afterMs: 20 }, [1]);
+        expect(result).toBe("committed");
+        expect(await slow.done).toBe("failed"); // aborted with LeaseLostError, no cut anywhere
+      } finally {
+        run.slow(0, 0);
+      }
+      await sleep(LEASE_MS / 2); // what was held drains before the next case uses this worker
+      const verdict = verdictFrom(from, [k]);
+      console.log(describeVerdict(`${store} slow link`, verdict, LEASE_MS));
+      expectSound(verdict, LEASE_MS);
+      expect(verdict.executions).toBe(1);
+      expect(verdict.reruns).toEqual([]);
+      expect(verdict.takeovers.map((t) => t.previous)).toEqual(["aborted"]);
+      expect((await run.records([k]))[0]).toMatchObject({ state: "done" });
+    }, 60_000);
+
+    it("a complete delayed past the lease: refused by fence, the work re-runs once, accounted to the slow link", async () => {
+      await reachable(0);
+      const from = lastSeq();
+      const k = key("slow-complete");
+      const holder = run.worker(0);
+      const delivery = holder.deliver({ key: k, beforeMs: 50, afterMs: 0, gate: "after-effect" });
+      const fence = await holder.phase(delivery.id, "effect");
+      // a lease and a half each way: complete, sent now (before the first renewal), reaches the
+      // store only after the lease lapsed
+      run.slow(0, (3 * LEASE_MS) / 2);
+      try {
+        holder.go(delivery.id);
+        expect(await delivery.done).toBe("complete_failed");
+        const { result } = await deliverUntilSettled(run, { key: k, beforeMs: 50, afterMs: 20 }, [1]);
+        expect(result).toBe("committed");
+        await sleep(2 * LEASE_MS); // the late complete (and release) land while the link is slow
+      } finally {
+        run.slow(0, 0);
+      }
+      await sleep(LEASE_MS / 2);
+      const verdict = verdictFrom(from, [k]);
+      console.log(describeVerdict(`${store} slow complete`, verdict, LEASE_MS));
+      expectSound(verdict, LEASE_MS);
+      expect(verdict.executions).toBe(2);
+      expect(verdict.reruns).toEqual([
+        expect.objectContaining({ key: k, earlierFence: fence, cause: "slowed (complete_failed)" }),
+      ]);
+      // the late complete under the old fence was refused: the record is the re-run's
+      const [record] = await run.records([k]);
+      expect(record).toMatchObject({ state: "done" });
+      expect(record?.fence).toBeGreaterThan(fence);
     }, 60_000);
 
     it("every key of the cases is done in the store", async () => {

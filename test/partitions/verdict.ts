@@ -17,7 +17,10 @@
  *   store still held for it after the heal.
  */
 
-/** One journal row. Worker rows carry the key; the coordinator's (`cut`, `heal`, `kill`, `start`) `host:<n>`. */
+/**
+ * One journal row. Worker rows carry the key; the coordinator's (`cut`, `heal`, `kill`, `slow`,
+ * `start`) `host:<n>` (`slow`: the host's link delay changed, `detail` its new value, `<n> ms`).
+ */
 export interface Row {
   readonly seq: number;
   readonly kind:
@@ -32,6 +35,7 @@ export interface Row {
     | "cut"
     | "heal"
     | "kill"
+    | "slow"
     | "start";
   readonly key: string | null;
   readonly fence: number | null;
@@ -51,7 +55,10 @@ export interface Rerun {
   readonly fence: number;
   readonly earlierFence: number;
   readonly earlierPid: number;
-  /** `killed`, or `partitioned` with how the earlier call ended (`complete_failed`, `fenced_out`, …). */
+  /**
+   * `killed`, or `partitioned` (`slowed`: its link delayed past the store-call deadline) with how the
+   * earlier call ended (`complete_failed`, `fenced_out`, …).
+   */
   readonly cause: string;
 }
 
@@ -124,6 +131,7 @@ export function judgePartitions(
   const kills = of("kill");
   const cuts = of("cut");
   const heals = of("heal");
+  const slows = of("slow");
   const outcomes = of("outcome");
   const committed = (key: string, fence: number, pid: number) =>
     outcomes.some((row) => same(row, key, fence, pid) && row.detail === "committed");
@@ -136,6 +144,11 @@ export function judgePartitions(
     cuts
       .filter((cut) => hostOf(cut) === host)
       .map((cut) => [cut, heals.find((heal) => hostOf(heal) === host && heal.seq > cut.seq)]);
+  /** The spells of a host's link delay as [slow seq, the next change's seq or Infinity]. */
+  const slowSpellsOf = (host: string): [Row, Row | undefined][] =>
+    slows
+      .filter((slow) => hostOf(slow) === host && slow.detail !== "0 ms")
+      .map((slow) => [slow, slows.find((next) => hostOf(next) === host && next.seq > slow.seq)]);
 
   const lost: string[] = [];
   const reruns: Rerun[] = [];
@@ -161,9 +174,12 @@ export function judgePartitions(
       const partitioned = partitionsOf(hostOfPid.get(earlier.pid) ?? "?").some(
         ([cut, heal]) => cut.seq < run.seq && (heal === undefined || heal.seq > earlier.seq),
       );
+      const slowed = slowSpellsOf(hostOfPid.get(earlier.pid) ?? "?").some(
+        ([slow, next]) => slow.seq < run.seq && (next === undefined || next.seq > earlier.seq),
+      );
       if (killed) reruns.push({ key, fence, earlierFence, earlierPid: earlier.pid, cause: "killed" });
-      else if (partitioned) {
-        const cause = `partitioned (${outcomeOf(key, earlierFence, earlier.pid)})`;
+      else if (partitioned || slowed) {
+        const cause = `${partitioned ? "partitioned" : "slowed"} (${outcomeOf(key, earlierFence, earlier.pid)})`;
         reruns.push({ key, fence, earlierFence, earlierPid: earlier.pid, cause });
       } else fail("its executor was neither killed nor partitioned");
     }

@@ -2,7 +2,8 @@
  * A loopback TCP proxy for fault injection: sits between a client and a real server (Redis,
  * PostgreSQL, an emulator) and can, at any moment, stop forwarding (the connection goes silent: no
  * FIN, no RST, bytes vanish), drop only the server's answers (the request reaches the store and
- * commits, the reply is lost), or reset every open connection.
+ * commits, the reply is lost), reset every open connection, or hold every chunk for a while (a slow
+ * link: `delayMs` in each direction, order kept per connection).
  *
  * ```ts
  * const proxy = await startTcpProxy({ port: 6379 });
@@ -11,6 +12,7 @@
  * proxy.mode = "drop-replies";  // requests reach the server, replies are swallowed
  * proxy.mode = "forward";       // back to normal for new bytes (swallowed ones stay lost)
  * proxy.reset();                // RST every open connection
+ * proxy.delayMs = 500;          // each chunk from now on waits 500 ms, each way, then goes on in order
  * await proxy.close();
  * ```
  *
@@ -30,6 +32,13 @@ export interface TcpProxy {
   mode: ProxyMode;
   /** Connections accepted so far. */
   readonly connections: number;
+  /**
+   * How long each chunk that arrives from now on is held before it is forwarded, in each direction
+   * (so a round trip takes twice as long). Chunks leave in the order they came, per connection and
+   * direction, so lowering it never lets a later chunk overtake a held one. Whether a chunk is
+   * swallowed is decided when it arrives. @default 0
+   */
+  delayMs: number;
   /** Bytes swallowed so far (both directions). */
   readonly dropped: number;
   /** Destroys every open connection with a TCP RST (both sides). */
@@ -53,7 +62,36 @@ export async function startTcpProxy(options: TcpProxyOptions): Promise<TcpProxy>
   const watchers = new Set<(chunk: Buffer) => void>();
   let connections = 0;
   let dropped = 0;
-  const state = { mode: "forward" as ProxyMode };
+  const state = { mode: "forward" as ProxyMode, delayMs: 0 };
+
+  /** Writes chunks to `to` after `state.delayMs` (read per chunk), first in, first out. */
+  const relay = (to: Socket) => {
+    const queue: { due: number; chunk: Buffer }[] = [];
+    let timer: NodeJS.Timeout | undefined;
+    const drain = () => {
+      timer = undefined;
+      const now = Date.now();
+      while (queue.length > 0 && (queue[0] as { due: number }).due <= now) {
+        const { chunk } = queue.shift() as { chunk: Buffer };
+        if (!to.destroyed) to.write(chunk);
+      }
+      if (queue.length > 0) timer = setTimeout(drain, (queue[0] as { due: number }).due - now);
+    };
+    return {
+      write(chunk: Buffer) {
+        if (state.delayMs <= 0 && queue.length === 0) {
+          to.write(chunk);
+          return;
+        }
+        queue.push({ due: Date.now() + state.delayMs, chunk });
+        timer ??= setTimeout(drain, Math.max(0, (queue[0] as { due: number }).due - Date.now()));
+      },
+      stop() {
+        clearTimeout(timer);
+        queue.length = 0;
+      },
+    };
+  };
 
   const server: Server = createServer((client) => {
     connections++;
@@ -62,17 +100,21 @@ export async function startTcpProxy(options: TcpProxyOptions): Promise<TcpProxy>
     pairs.add(pair);
     client.setNoDelay(true);
     upstream.setNoDelay(true);
+    const toUpstream = relay(upstream);
+    const toClient = relay(client);
     client.on("data", (chunk: Buffer) => {
       for (const watch of watchers) watch(chunk);
       if (state.mode === "silent") dropped += chunk.length;
-      else upstream.write(chunk);
+      else toUpstream.write(chunk);
     });
     upstream.on("data", (chunk: Buffer) => {
-      if (state.mode === "forward") client.write(chunk);
+      if (state.mode === "forward") toClient.write(chunk);
       else dropped += chunk.length;
     });
     const end = () => {
       pairs.delete(pair);
+      toUpstream.stop();
+      toClient.stop();
       client.destroy();
       upstream.destroy();
     };
@@ -95,6 +137,14 @@ export async function startTcpProxy(options: TcpProxyOptions): Promise<TcpProxy>
     },
     set mode(mode: ProxyMode) {
       state.mode = mode;
+    },
+    get delayMs() {
+      return state.delayMs;
+    },
+    set delayMs(ms: number) {
+      if (!Number.isFinite(ms) || ms < 0)
+        throw new RangeError(`delayMs must be a finite number >= 0, got ${ms}`);
+      state.delayMs = ms;
     },
     get connections() {
       return connections;
