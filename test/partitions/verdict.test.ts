@@ -74,6 +74,32 @@ describe("judgePartitions", () => {
     ]);
   });
 
+  it("a re-run while its executor's link was slowed is accounted for; a slow spell that ended before is not", () => {
+    const slowed = [
+      ...started(),
+      ...firstRun(),
+      row("slow", { key: "host:0", pid: 1, detail: "3000 ms" }),
+      row("outcome", { key: "k", fence: 1, pid: 1, detail: "complete_failed" }),
+      ...takeover(),
+      row("slow", { key: "host:0", pid: 1, detail: "0 ms" }),
+    ];
+    const verdict = judgePartitions(["k"], slowed, LEASE);
+    expect(verdict.doubled).toEqual([]);
+    expect(verdict.reruns).toEqual([
+      { key: "k", fence: 2, earlierFence: 1, earlierPid: 1, cause: "slowed (complete_failed)" },
+    ]);
+    const over = [
+      ...started(),
+      row("slow", { key: "host:0", pid: 1, detail: "3000 ms" }),
+      row("slow", { key: "host:0", pid: 1, detail: "0 ms" }),
+      ...firstRun(),
+      ...takeover(),
+    ];
+    expect(judgePartitions(["k"], over, LEASE).doubled[0]?.reason).toBe(
+      "its executor was neither killed nor partitioned",
+    );
+  });
+
   it("a re-run after its executor was killed is accounted for; a kill after the re-run is not", () => {
     const killed = [...started(), ...firstRun(), row("kill", { key: "host:0", pid: 1 }), ...takeover()];
     expect(judgePartitions(["k"], killed, LEASE).reruns[0]?.cause).toBe("killed");
