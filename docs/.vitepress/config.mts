@@ -116,13 +116,7 @@ export default defineConfig({
           { text: "Production checklist", link: "/operations/checklist" },
         ],
       },
-      {
-        text: "Benchmarks",
-        items: [
-          { text: "Method and results", link: "/benchmarks" },
-          { text: "Scale", link: "/scale" },
-        ],
-      },
+      { text: "Benchmarks", items: [{ text: "Method and results", link: "/benchmarks" }] },
       {
         text: "API reference",
         collapsed: true,

@@ -17,7 +17,12 @@ const message = (id: string, body: string, receiveCount = "1"): SqsMessageLike =
 describe("idempotentMessageHandler outcomes", () => {
   it("resolves with the message when it ran, and again (unrun) for a redelivery of the same MessageId", async () => {
     let runs = 0;
-    const handle = idempotentMessageHandler(() => void (runs += 1), { backend: new MemoryBackend(), queue });
+    const handle = idempotentMessageHandler(
+      () => {
+        runs += 1;
+      },
+      { backend: new MemoryBackend(), queue },
+    );
     const first = message("m-1", "a");
     expect(await handle(first)).toBe(first);
     const again = message("m-1", "a", "2");
@@ -62,13 +67,23 @@ describe("idempotentMessageHandler outcomes", () => {
   it("fails closed: an invalid key or a conflicting payload runs nothing", async () => {
     let runs = 0;
     const backend = new MemoryBackend();
-    const invalid = idempotentMessageHandler(() => void (runs += 1), { backend, key: () => "" });
+    const invalid = idempotentMessageHandler(
+      () => {
+        runs += 1;
+      },
+      { backend, key: () => "" },
+    );
     await expect(invalid(message("m-5", "x"))).rejects.toBeInstanceOf(InvalidKeyError);
-    const fingerprinted = idempotentMessageHandler(() => void (runs += 1), {
-      backend,
-      key: () => "order:fp",
-      fingerprint: (m) => m.Body,
-    });
+    const fingerprinted = idempotentMessageHandler(
+      () => {
+        runs += 1;
+      },
+      {
+        backend,
+        key: () => "order:fp",
+        fingerprint: (m) => m.Body,
+      },
+    );
     await fingerprinted(message("m-6", "v1"));
     await expect(fingerprinted(message("m-7", "v2"))).rejects.toBeInstanceOf(ConflictError);
     expect(runs).toBe(1);
