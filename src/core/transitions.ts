@@ -60,7 +60,9 @@ export function planClaim(
         kind: "held",
         fence: observed.fence,
         leaseUntil: observed.leaseUntil,
-        remainingMs: observed.leaseUntil - now,
+        // never more than the lease the record was claimed with: a reader whose clock is a lower
+        // bound of the store's (Redis's carried TIME reading) may see "now" before the claim itself
+        remainingMs: Math.min(observed.leaseUntil - now, observed.leaseUntil - observed.claimedAt),
         fingerprint: observed.fingerprint,
       },
     };
