@@ -183,15 +183,15 @@ describe("oncely/bullmq: worker processes SIGKILLed, stalled-job recovery, many 
     const jobs = await run.queue.addBulk(
       [...orders, ...orders].map((order) => ({ name: "ship", data: { order }, opts: { attempts: 1 } })),
     );
+    // up to 6 kills, each while work remains (on a fast machine the orders may all be done sooner)
     let kills = 0;
-    let pendingAtLastKill = 0;
     while (kills < 6) {
       await sleep(300 + Math.random() * 300);
       if (ready.length === 0) continue;
+      if (orders.length - (await run.effects()).length === 0) break;
       const victim = ready.splice(Math.floor(Math.random() * ready.length), 1)[0] as ChildProcess;
       await run.kill(victim);
       kills++;
-      pendingAtLastKill = orders.length - (await run.effects()).length;
       replace();
     }
     const stormEnd = Date.now();
@@ -207,7 +207,7 @@ describe("oncely/bullmq: worker processes SIGKILLed, stalled-job recovery, many 
         `${verdict.doubled.length} doubled beyond the window, ${verdict.lost.length} lost, ${stuck} stuck, ` +
         `${stalled} stalled-job recoveries, ${delayed} contention requeues, settled ${settledMs} ms after the last kill`,
     );
-    expect(pendingAtLastKill).toBeGreaterThan(0); // the kills landed while work remained
+    expect(kills).toBeGreaterThan(0); // kills landed while work remained
     expect(stalled).toBeGreaterThan(0); // and killed workers held jobs that BullMQ recovered
     expect({ stuck, failed }).toEqual({ stuck: 0, failed: 0 });
     expect(verdict.lost).toEqual([]);
