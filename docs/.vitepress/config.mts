@@ -116,7 +116,13 @@ export default defineConfig({
           { text: "Production checklist", link: "/operations/checklist" },
         ],
       },
-      { text: "Benchmarks", items: [{ text: "Method and results", link: "/benchmarks" }] },
+      {
+        text: "Benchmarks",
+        items: [
+          { text: "Method and results", link: "/benchmarks" },
+          { text: "Scale", link: "/scale" },
+        ],
+      },
       {
         text: "API reference",
         collapsed: true,
