@@ -1,0 +1,169 @@
+// Item 5 of issue 28: the concurrency curve. New keys through lock() (no-op body) at C = 1, 4, 16, 64
+// and 256 callers (short: 1, 16, 64) on each store, beside the store's raw floor at the same C: the
+// minimal correct claim + complete in two statements (Redis: SET NX PX then SET; PostgreSQL: INSERT …
+// ON CONFLICT DO NOTHING then UPDATE; MariaDB: INSERT IGNORE then UPDATE; SQLite: INSERT OR IGNORE then
+// UPDATE), on the same client or pool. A lock convoy, pool starvation or a timer storm in oncely shows
+// as its ratio to the floor falling as C grows; the target is the ratio at 256 at least 0.8 × the
+// ratio at 16.
+//
+// Both sides share one pool per store (POOL connections: pg.Pool max / mysql2 connectionLimit; Redis is
+// one ioredis connection, pipelined; SQLite one in-process connection), so above POOL callers both
+// queue for connections the same way. Per C, the floor and oncely alternate over the rounds (which goes
+// first alternates too) and the medians are reported, with the CPU per operation of this process and
+// of the store, and the event loop's p99 delay during oncely's passes.
+import { monitorEventLoopDelay } from "node:perf_hooks";
+import { drive, median } from "../../support.mjs";
+import { openStore } from "../stores.mjs";
+
+export const id = "curve";
+export const title = "Concurrency curve";
+
+/** Connections of the pool both sides share (node-postgres' and mysql2's default is 10). */
+const POOL = 32;
+const TARGET = 0.8;
+
+export async function run(ctx) {
+  const { lock, silentLogger } = await import(`${ctx.dist}/index.js`);
+  const levels = ctx.short ? [1, 16, 64] : [1, 4, 16, 64, 256];
+  const top = levels.at(-1);
+  const rounds = ctx.short ? 1 : 3;
+  // calls per pass: about `seconds` at the rate the warm-up found at C = 16, and at least 8 per caller
+  const seconds = ctx.short ? 0.15 : 1;
+
+  const ratioSeries = [];
+  const opsCurves = [];
+  const rows = [];
+  const targets = [];
+
+  for (const name of ctx.stores) {
+    const store = await openStore(name, ctx, { poolSize: POOL });
+    const options = { backend: store.backend, logger: silentLogger };
+    const oncely = (key) =>
+      lock(key, noop, options).then((outcome) => {
+        if (outcome.kind !== "ran" || !outcome.committed) throw new Error(`${name}: ${key} not run once`);
+      });
+    const sides = { floor: (key) => store.floor.pair(key), oncely };
+    const points = { floor: [], oncely: [], ratio: [] };
+    try {
+      const warm = ctx.short ? 200 : 1_000;
+      const rate = {};
+      for (const side of ["floor", "oncely"]) {
+        rate[side] = await drive(warm, 16, (i) => sides[side](`warm-${side}-${i}`));
+      }
+      for (const c of levels) {
+        const samples = { floor: [], oncely: [] };
+        for (let round = 0; round < rounds; round++) {
+          const order = round % 2 === 0 ? ["floor", "oncely"] : ["oncely", "floor"];
+          for (const side of order) {
+            const n = Math.max(c * 8, 100, Math.round(rate[side] * seconds));
+            samples[side].push(await measure(store, n, c, (i) => sides[side](`${side}-${c}-${round}-${i}`)));
+          }
+        }
+        const m = (side, field) => median(samples[side].map((s) => s[field]).filter((v) => v !== undefined));
+        const ratio = m("oncely", "ops") / m("floor", "ops");
+        points.floor.push([c, m("floor", "ops")]);
+        points.oncely.push([c, m("oncely", "ops")]);
+        points.ratio.push([c, round2(ratio)]);
+        rows.push([
+          name,
+          c,
+          round0(m("floor", "ops")),
+          round0(m("oncely", "ops")),
+          round2(ratio),
+          `${round0(m("floor", "node"))} / ${round0(m("oncely", "node"))}`,
+          store.storeCpuMs() === undefined
+            ? "—"
+            : `${round0(m("floor", "store"))} / ${round0(m("oncely", "store"))}`,
+          round1(m("oncely", "loopP99")),
+        ]);
+        ctx.log(
+          `${name} C=${c}: floor ${round0(m("floor", "ops"))}/s, oncely ${round0(m("oncely", "ops"))}/s, ratio ${round2(ratio)}`,
+        );
+      }
+    } finally {
+      await store.close();
+    }
+    ratioSeries.push({ name, points: points.ratio });
+    opsCurves.push({
+      id: `curve-ops-${name}`,
+      title: `${name}: new keys/s vs concurrency, oncely and the raw floor`,
+      x: { label: "concurrent callers", log: true },
+      y: { label: "ops/s", log: false },
+      series: [
+        { name: "raw floor", points: points.floor },
+        { name: "oncely", points: points.oncely },
+      ],
+    });
+    const at = (c) => points.ratio.find((p) => p[0] === c)[1];
+    const value = round2(at(top) / at(16));
+    targets.push({
+      name: `${name}: ratio to the floor at C=${top} ÷ at C=16`,
+      target: `>= ${TARGET}`,
+      value,
+      met: value >= TARGET,
+      note: ctx.short ? `short mode: C=${top} in place of 256` : "",
+    });
+  }
+
+  return {
+    id,
+    title,
+    summary:
+      `New keys through lock() (no-op body) beside the store's raw two-statement claim + complete at ` +
+      `C = ${levels.join(", ")}, closed loop, both on one pool of ${POOL} connections per SQL server ` +
+      `(one pipelined connection on Redis, in-process on SQLite); median of ${rounds} alternating ` +
+      `round(s) of about ${seconds} s each.`,
+    curves: [
+      {
+        id: "curve-ratio",
+        title: "oncely ÷ raw floor (new keys/s) vs concurrency",
+        x: { label: "concurrent callers", log: true },
+        y: { label: "oncely ÷ floor", log: false },
+        series: ratioSeries,
+      },
+      ...opsCurves,
+    ],
+    tables: [
+      {
+        title:
+          "New keys/s, and CPU µs per operation (raw floor / oncely) of this Node process and of the store's processes",
+        columns: [
+          "store",
+          "C",
+          "raw floor/s",
+          "oncely/s",
+          "ratio",
+          "Node µs",
+          "store µs",
+          "event-loop p99 ms (oncely)",
+        ],
+        rows,
+      },
+    ],
+    targets,
+  };
+}
+
+const noop = async () => undefined;
+
+/** ops/s of `n` calls at C, CPU µs per call (Node, store), and the event loop's p99 delay (ms). */
+async function measure(store, n, c, op) {
+  const loop = monitorEventLoopDelay({ resolution: 5 });
+  loop.enable();
+  const node0 = process.cpuUsage();
+  const store0 = store.storeCpuMs();
+  const ops = await drive(n, c, op);
+  const node = process.cpuUsage(node0);
+  const store1 = store.storeCpuMs();
+  loop.disable();
+  return {
+    ops,
+    node: (node.user + node.system) / n,
+    store: store0 === undefined ? undefined : ((store1 - store0) * 1000) / n,
+    loopP99: loop.percentile(99) / 1e6,
+  };
+}
+
+const round0 = (v) => Math.round(v);
+const round1 = (v) => Math.round(v * 10) / 10;
+const round2 = (v) => Math.round(v * 100) / 100;
