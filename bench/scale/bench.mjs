@@ -90,6 +90,7 @@ for (const id of CASES) {
     else errors.push({ id, message: `skipped: bench/scale/cases/${id}.mjs is not present` });
     continue;
   }
+  const start = performance.now();
   const tmp = mkdtempSync(join(tmpdir(), `oncely-scale-${id}-`));
   const ctx = {
     short,
@@ -97,9 +98,8 @@ for (const id of CASES) {
     stores: [...stores],
     dist,
     tmp,
-    log: (text) => log(`${id}: ${text}`),
+    log: (text) => log(`${id} +${((performance.now() - start) / 1000).toFixed(1)}s: ${text}`),
   };
-  const start = performance.now();
   current = id;
   log(`${id}: running${short ? " (short)" : ""} on ${stores.join(", ")}`);
   try {

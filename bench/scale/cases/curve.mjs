@@ -27,8 +27,9 @@ export async function run(ctx) {
   const levels = ctx.short ? [1, 16, 64] : [1, 4, 16, 64, 256];
   const top = levels.at(-1);
   const rounds = ctx.short ? 1 : 3;
-  // calls per pass: about `seconds` at the rate the warm-up found at C = 16, and at least 8 per caller
-  const seconds = ctx.short ? 0.15 : 1;
+  // calls per pass: about `seconds` at the side's last rate, and at least 8 per caller (short: 4)
+  const seconds = ctx.short ? 0.2 : 1.5;
+  const perCaller = ctx.short ? 4 : 8;
 
   const ratioSeries = [];
   const opsCurves = [];
@@ -36,6 +37,7 @@ export async function run(ctx) {
   const targets = [];
 
   for (const name of ctx.stores) {
+    ctx.log(`${name}: opening`);
     const store = await openStore(name, ctx, { poolSize: POOL });
     const options = { backend: store.backend, logger: silentLogger };
     const oncely = (key) =>
@@ -45,18 +47,24 @@ export async function run(ctx) {
     const sides = { floor: (key) => store.floor.pair(key), oncely };
     const points = { floor: [], oncely: [], ratio: [] };
     try {
-      const warm = ctx.short ? 200 : 1_000;
+      // warm-up at C = 16 (the pool's connections, prepared statements, JIT), discarded; then each
+      // pass's size follows the rate of that side's previous pass (the first: a short one at C = 1)
+      const warm = ctx.short ? 100 : 1_000;
       const rate = {};
       for (const side of ["floor", "oncely"]) {
-        rate[side] = await drive(warm, 16, (i) => sides[side](`warm-${side}-${i}`));
+        await drive(warm, 16, (i) => sides[side](`warm-${side}-${i}`));
+        rate[side] = await drive(ctx.short ? 10 : 100, 1, (i) => sides[side](`calibrate-${side}-${i}`));
       }
+      ctx.log(`${name}: warmed up`);
       for (const c of levels) {
         const samples = { floor: [], oncely: [] };
         for (let round = 0; round < rounds; round++) {
           const order = round % 2 === 0 ? ["floor", "oncely"] : ["oncely", "floor"];
           for (const side of order) {
-            const n = Math.max(c * 8, 100, Math.round(rate[side] * seconds));
-            samples[side].push(await measure(store, n, c, (i) => sides[side](`${side}-${c}-${round}-${i}`)));
+            const n = Math.max(c * perCaller, 30, Math.round(rate[side] * seconds));
+            const sample = await measure(store, n, c, (i) => sides[side](`${side}-${c}-${round}-${i}`));
+            samples[side].push(sample);
+            rate[side] = sample.ops;
           }
         }
         const m = (side, field) => median(samples[side].map((s) => s[field]).filter((v) => v !== undefined));
