@@ -1,0 +1,55 @@
+/**
+ * A purge yields to the event loop between its batches: on SQLite, whose statements answer
+ * synchronously, a purge of many batches must let the process's other callbacks (its live requests)
+ * run while it works, not only once it has finished.
+ */
+import { strict as assert } from "node:assert";
+import { describe, it } from "vitest";
+import { purgeInBatches } from "../../src/backends/sql/purge.js";
+import { SqliteBackend } from "../../src/backends/sqlite/index.js";
+import { ManualClock } from "../../src/index.js";
+
+describe("purgeExpired between batches", () => {
+  it("lets immediates run between two batches of an in-process store", async () => {
+    const clock = new ManualClock();
+    const backend = new SqliteBackend({ database: ":memory:", clock, purgeBatchSize: 10 });
+    for (let i = 0; i < 50; i++) {
+      const won = await backend.claim(`old-${i}`, { leaseMs: 1_000, ttlMs: 1_000, token: `t${i}` });
+      assert.equal(won.kind, "won");
+      if (won.kind === "won") assert.equal(await backend.complete(won.claim, { ttlMs: 1_000 }), true);
+    }
+    await backend.claim("live", { leaseMs: 7_200_000, ttlMs: 7_200_000, token: "live" });
+    await clock.advance(3_600_000);
+
+    let ticks = 0;
+    let ticking = true;
+    const tick = () => {
+      ticks++;
+      if (ticking) setImmediate(tick);
+    };
+    setImmediate(tick);
+    const seen: number[] = [];
+    const purged = await backend.purgeExpired({ onBatch: () => seen.push(ticks) });
+    ticking = false;
+
+    assert.equal(purged, 50);
+    assert.equal(seen.length, 6, `batches: ${seen.join()}`);
+    // every batch after the first came after at least one more turn of the event loop
+    for (let i = 1; i < seen.length; i++) {
+      assert.ok((seen[i] ?? 0) > (seen[i - 1] ?? 0), `ticks seen by batch: ${seen.join()}`);
+    }
+    assert.equal((await backend.get("live"))?.state, "claimed");
+    await backend.close();
+  });
+
+  it("stops at the first short batch without another turn", async () => {
+    const sizes = [3, 3, 1];
+    const calls: number[] = [];
+    const total = await purgeInBatches(async (limit) => {
+      calls.push(limit);
+      return sizes.shift() ?? 0;
+    }, 3);
+    assert.equal(total, 7);
+    assert.deepEqual(calls, [3, 3, 3]);
+  });
+});
