@@ -13,18 +13,33 @@
 // stuck?), a handler that throws (the framework's error handler answers), a 500 (stored and replayed, or
 // run again?), and clients that disconnect before the reply (does the retry run the handler again?).
 //
+// --store postgres: the same on PostgreSQL (POSTGRES_URL, default postgres://postgres@127.0.0.1:5432/test;
+// every run in a schema of its own, dropped at the end). Neither peer has a PostgreSQL storage on npm
+// (express-idempotency has Redis and MongoDB adapters, @node-idempotency memory and Redis), so the
+// contenders there are oncely (PostgresBackend on pg) and a PostgreSQL floor (raw statements, one
+// round trip per transition; postgres.mjs), on pools of the same size. Per row: the ratios, the
+// server's CPU µs per request, PostgreSQL CPU µs per request (the server processes of the contender's
+// own connections, /proc/<pid>/schedstat; the JSON also has every process named postgres, which
+// includes the WAL writer, autovacuum and any other session of the machine) and statements per
+// request, counted at the client (every statement the pool sends, by its first keyword: exact).
+//
 // Options: --short (a smoke run for CI: 300 requests per measurement, no warm-up, one round, fewer disconnects,
 // the checks run beside the measurements, so its figures are not for reading), --seconds N (default 4),
 // --rounds N (default 3), --connections N (default 10), --only express,fastify, --speed-only,
 // --correctness-only, --baseline DIR, --contenders a,b, --speed-contenders a,b, --redis-server PATH (default redis-server; the bench starts its own on a free
-// port and stops it at the end), --json FILE (writes the figures). ONCELY_DIST: oncely's dist/.
+// port and stops it at the end), --json FILE (writes the figures), --store redis|postgres (default
+// redis) or --stores redis,postgres (both, one after the other). ONCELY_DIST: oncely's dist/.
 import { execFileSync, spawn } from "node:child_process";
-import { randomUUID } from "node:crypto";
+import { randomBytes, randomUUID } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
+import { resolve as resolvePath } from "node:path";
 import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { Redis } from "ioredis";
+import pg from "pg";
+import { commandCpuMs } from "../support.mjs";
+import { floorTableSql } from "./postgres.mjs";
 
 const args = process.argv.slice(2);
 const option = (name, fallback) => {
@@ -41,24 +56,40 @@ const correctness = !args.includes("--speed-only");
 const jsonOut = option("json", undefined);
 const here = (file) => fileURLToPath(new URL(file, import.meta.url));
 const log = (text) => process.stderr.write(`[http-peers] ${text}\n`);
+const STORES = ["redis", "postgres"];
+const stores = option("stores", option("store", "redis")).split(",");
+for (const store of stores) {
+  if (!STORES.includes(store)) {
+    log(`unknown store "${store}": --store takes ${STORES.join(" or ")}, --stores a list of them`);
+    process.exit(2);
+  }
+}
 
 const CONTENDERS = {
-  express: ["oncely", "oncely-node-redis", "floor", "express-idempotency", "node-idempotency"],
-  fastify: ["oncely", "oncely-node-redis", "floor", "node-idempotency"],
+  redis: {
+    express: ["oncely", "oncely-node-redis", "floor", "express-idempotency", "node-idempotency"],
+    fastify: ["oncely", "oncely-node-redis", "floor", "node-idempotency"],
+  },
+  postgres: { express: ["oncely", "floor"], fastify: ["oncely", "floor"] },
 };
+/** The peers, listed in the PostgreSQL correctness table as having no PostgreSQL storage. */
+const NO_POSTGRES = { express: ["express-idempotency", "node-idempotency"], fastify: ["node-idempotency"] };
 // --baseline DIR: oncely from another dist/ (another build) as one more contender, to compare builds
 // in the same run; --contenders a,b: only these (the bare app always runs).
 const baseline = option("baseline", undefined);
+const lists = [...Object.values(CONTENDERS), NO_POSTGRES].flatMap((byFramework) =>
+  Object.values(byFramework),
+);
 if (baseline !== undefined)
-  for (const list of Object.values(CONTENDERS)) list.splice(1, 0, "oncely-baseline");
+  for (const list of Object.values(CONTENDERS).flatMap((byFramework) => Object.values(byFramework)))
+    list.splice(1, 0, "oncely-baseline");
 const only = option("contenders", undefined)?.split(",");
 if (only !== undefined)
-  for (const list of Object.values(CONTENDERS))
-    list.splice(0, list.length, ...list.filter((v) => only.includes(v)));
+  for (const list of lists) list.splice(0, list.length, ...list.filter((v) => only.includes(v)));
 // --speed-contenders a,b: the speed table measures only these (the correctness table keeps all).
 const speedOnly = option("speed-contenders", undefined)?.split(",");
-const measured = (framework) =>
-  CONTENDERS[framework].filter((v) => speedOnly === undefined || speedOnly.includes(v));
+const measured = (store, framework) =>
+  CONTENDERS[store][framework].filter((v) => speedOnly === undefined || speedOnly.includes(v));
 const LABEL = {
   "oncely-baseline": `oncely (${baseline})`,
   oncely: "oncely (ioredis)",
@@ -67,6 +98,14 @@ const LABEL = {
   "express-idempotency": "express-idempotency + Redis adapter",
   "node-idempotency": "@node-idempotency core + Redis adapter",
 };
+const PG_LABEL = {
+  ...LABEL,
+  oncely: "oncely (PostgresBackend on pg)",
+  floor: "floor (inline fenced guard, raw SQL)",
+  "express-idempotency": "express-idempotency",
+  "node-idempotency": "@node-idempotency",
+};
+const label = (store, variant) => (store === "postgres" ? PG_LABEL : LABEL)[variant];
 
 // --- a private Redis: INFO's CPU and command counters then see this bench alone --------------------
 async function freePort() {
@@ -76,23 +115,35 @@ async function freePort() {
   await new Promise((resolve) => server.close(resolve));
   return port;
 }
-const redisPort = await freePort();
-const redisChild = spawn(
-  option("redis-server", "redis-server"),
-  ["--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-  { stdio: "ignore" },
-);
-const redisUrl = `redis://127.0.0.1:${redisPort}`;
-const children = new Set([redisChild]);
+const children = new Set();
 const stopAll = () => {
   for (const child of children)
     if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
 };
 process.on("exit", stopAll);
-for (const signal of ["SIGINT", "SIGTERM"]) process.on(signal, () => process.exit(1));
-const redis = new Redis(redisUrl, { retryStrategy: (n) => (n > 50 ? null : 100) });
-await redis.ping();
-const redisVersion = /redis_version:(\S+)/.exec(await redis.info("server"))?.[1];
+for (const signal of ["SIGINT", "SIGTERM"]) {
+  process.on(signal, () => {
+    stopAll();
+    const bounded = new Promise((resolve) => setTimeout(resolve, 5_000).unref());
+    Promise.race([dropPostgres(), bounded]).finally(() => process.exit(1));
+  });
+}
+let redisUrl;
+let redis;
+let redisVersion;
+if (stores.includes("redis")) {
+  const redisPort = await freePort();
+  const redisChild = spawn(
+    option("redis-server", "redis-server"),
+    ["--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+    { stdio: "ignore" },
+  );
+  children.add(redisChild);
+  redisUrl = `redis://127.0.0.1:${redisPort}`;
+  redis = new Redis(redisUrl, { retryStrategy: (n) => (n > 50 ? null : 100) });
+  await redis.ping();
+  redisVersion = /redis_version:(\S+)/.exec(await redis.info("server"))?.[1];
+}
 
 async function redisCounters() {
   const [cpu, stats] = await Promise.all([redis.info("cpu"), redis.info("commandstats")]);
@@ -103,14 +154,68 @@ async function redisCounters() {
 }
 const IGNORED = new Set(["info", "ping", "client", "hello", "select", "config", "cluster", "command"]);
 
+// --- PostgreSQL: a schema of this run's (oncely's table migrated, the floor's created), dropped at the end
+const postgresUrl = process.env.POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+const pgSchema = `oncely_http_peers_${randomBytes(4).toString("hex")}`;
+/** oncely's table in that schema: the baseline build gets a table (and claim function) of its own. */
+const pgTable = (variant) => (variant === "oncely-baseline" ? "oncely_baseline" : "oncely_records");
+let pgPool;
+let postgresVersion;
+async function dropPostgres() {
+  const pool = pgPool;
+  pgPool = undefined;
+  if (pool === undefined) return;
+  try {
+    await pool.query(`DROP SCHEMA IF EXISTS "${pgSchema}" CASCADE`);
+  } finally {
+    await pool.end();
+  }
+}
+if (stores.includes("postgres")) {
+  pgPool = new pg.Pool({ connectionString: postgresUrl, max: 2 });
+  postgresVersion = (await pgPool.query("SELECT current_setting('server_version') AS v")).rows[0].v;
+  await pgPool.query(`CREATE SCHEMA "${pgSchema}"`);
+  await pgPool.query(floorTableSql(pgSchema));
+  const distOf = (dir) => pathToFileURL(`${resolvePath(dir)}/`).href;
+  const builds = [["oncely", process.env.ONCELY_DIST ?? here("../../dist")]];
+  if (baseline !== undefined) builds.push(["oncely-baseline", baseline]);
+  for (const [variant, dir] of builds) {
+    const { PostgresBackend } = await import(new URL("postgres.js", distOf(dir)).href);
+    await new PostgresBackend({ pool: pgPool, schema: pgSchema, table: pgTable(variant) }).migrate();
+  }
+}
+
+/** The CPU time (ms) a process has spent on a CPU so far, to the nanosecond (/proc/<pid>/schedstat). */
+function scheduledMs(pid) {
+  try {
+    return Number(readFileSync(`/proc/${pid}/schedstat`, "utf8").split(" ")[0]) / 1e6;
+  } catch {
+    return Number.NaN;
+  }
+}
+/** Asks a PostgreSQL server process for its counters (SIGUSR2): statements by kind, connection pids. */
+function serverCounters(server) {
+  return new Promise((resolve) => {
+    server.counters.push(resolve);
+    server.child.kill("SIGUSR2");
+  });
+}
+async function postgresCounters(server) {
+  const { statements, backends } = await serverCounters(server);
+  const cpu = new Map(backends.map((pid) => [pid, scheduledMs(pid)]));
+  return { statements, cpu, all: commandCpuMs("postgres") ?? Number.NaN };
+}
+
 // --- processes ---------------------------------------------------------------------------------------
-function startServer(framework, variant, env = {}) {
+function startServer(store, framework, variant, env = {}) {
   const base = variant === "oncely-baseline";
   const child = spawn(process.execPath, [here("./server.mjs"), framework, base ? "oncely" : variant], {
     stdio: ["ignore", "pipe", "inherit"],
     env: {
       ...process.env,
-      REDIS_URL: redisUrl,
+      ...(store === "postgres"
+        ? { STORE: store, POSTGRES_URL: postgresUrl, PG_SCHEMA: pgSchema, PG_TABLE: pgTable(variant) }
+        : { REDIS_URL: redisUrl }),
       NAMESPACE: `p${randomUUID().slice(0, 8)}`,
       ...(base ? { ONCELY_DIST: baseline } : {}),
       ...env,
@@ -119,13 +224,15 @@ function startServer(framework, variant, env = {}) {
   children.add(child);
   child.once("exit", () => children.delete(child));
   const ran = [];
+  const counters = [];
   return new Promise((resolve, reject) => {
     child.once("exit", (code) => reject(new Error(`${framework} ${variant} server exited (${code})`)));
     createInterface({ input: child.stdout }).on("line", (line) => {
       const message = JSON.parse(line);
       if ("ran" in message) ran.push(message.ran);
+      if ("statements" in message) counters.shift()?.(message);
       if ("listening" in message) {
-        resolve({ child, ran, base: `http://127.0.0.1:${message.listening}` });
+        resolve({ child, ran, counters, base: `http://127.0.0.1:${message.listening}` });
       }
     });
   });
@@ -177,8 +284,9 @@ function cpuSeconds(pid) {
 }
 
 // --- speed -------------------------------------------------------------------------------------------
-async function measure(framework, variant, mode) {
-  const server = await startServer(framework, variant);
+async function measure(store, framework, variant, mode) {
+  if (store === "postgres") return measurePostgres(framework, variant, mode);
+  const server = await startServer(store, framework, variant);
   try {
     const url = `${server.base}/orders`;
     if (!short) await load(url, mode, 1); // warm-up, discarded
@@ -210,6 +318,45 @@ async function measure(framework, variant, mode) {
   }
 }
 
+/** The same on PostgreSQL: statements counted by the server's pool, CPU of its connections' processes. */
+async function measurePostgres(framework, variant, mode) {
+  const server = await startServer("postgres", framework, variant);
+  try {
+    const url = `${server.base}/orders`;
+    if (!short) await load(url, mode, 1); // warm-up, discarded (it also opens the pool's connections)
+    const bare = variant === "bare";
+    const node = cpuSeconds(server.child.pid);
+    const before = bare ? undefined : await postgresCounters(server);
+    const result = await load(url, mode, seconds, short ? SHORT_REQUESTS : 0);
+    const after = bare ? undefined : await postgresCounters(server);
+    const nodeCpu = cpuSeconds(server.child.pid) - node;
+    const perRequest = (value) => value / result.total;
+    if (bare) return { ...result, nodeUs: (nodeCpu * 1e6) / result.total, perCommand: {} };
+    // a connection opened during the measurement counts from its start (its log-in included)
+    let pgMs = 0;
+    for (const [pid, ms] of after.cpu) pgMs += ms - (before.cpu.get(pid) ?? 0);
+    const commands = {};
+    let total = 0;
+    for (const [kind, n] of Object.entries(after.statements)) {
+      const delta = n - (before.statements[kind] ?? 0);
+      if (delta > 0) {
+        commands[kind] = perRequest(delta);
+        total += delta;
+      }
+    }
+    return {
+      ...result,
+      nodeUs: (nodeCpu * 1e6) / result.total,
+      storeUs: perRequest(pgMs * 1e3),
+      storeAllUs: perRequest((after.all - before.all) * 1e3),
+      commands: perRequest(total),
+      perCommand: commands,
+    };
+  } finally {
+    await stop(server);
+  }
+}
+
 const median = (values) => {
   const sorted = values.filter((v) => Number.isFinite(v)).sort((a, b) => a - b);
   if (sorted.length === 0) return Number.NaN;
@@ -219,11 +366,11 @@ const median = (values) => {
 
 const SHORT_REQUESTS = 300;
 const speedRows = [];
-async function runSpeed() {
+async function runSpeed(store) {
   const plan = [];
   for (const framework of frameworks) {
     plan.push([framework, "bare", "new"]);
-    for (const variant of measured(framework)) {
+    for (const variant of measured(store, framework)) {
       plan.push([framework, variant, "new"]);
       plan.push([framework, variant, "replay"]);
     }
@@ -232,20 +379,20 @@ async function runSpeed() {
   for (let round = 1; round <= rounds; round++) {
     for (const [framework, variant, mode] of plan) {
       const id = `${framework}|${variant}|${mode}`;
-      const result = await measure(framework, variant, mode);
+      const result = await measure(store, framework, variant, mode);
       if (result.non2xx > 0 || result.errors > 0)
         log(`${id}: ${result.non2xx} non-2xx, ${result.errors} errors of ${result.total}`);
       const bare = results.get(`${framework}|bare|new`)?.[round - 1];
       result.ratio = bare === undefined ? 1 : result.rps / bare.rps; // to the bare app of this round
       results.set(id, [...(results.get(id) ?? []), result]);
       log(
-        `round ${round}/${rounds} ${id}: ${Math.round(result.rps)} req/s, ratio ${result.ratio.toFixed(2)}`,
+        `${store === "redis" ? "" : `${store} `}round ${round}/${rounds} ${id}: ${Math.round(result.rps)} req/s, ratio ${result.ratio.toFixed(2)}`,
       );
     }
   }
   const stat = (id, field) => median((results.get(id) ?? []).map((r) => r[field]));
   for (const framework of frameworks) {
-    for (const variant of ["bare", ...measured(framework)]) {
+    for (const variant of ["bare", ...measured(store, framework)]) {
       const fresh = `${framework}|${variant}|new`;
       const replay = `${framework}|${variant}|replay`;
       const perCommand = {};
@@ -253,24 +400,44 @@ async function runSpeed() {
         for (const [name, n] of Object.entries(r.perCommand)) perCommand[name] = (perCommand[name] ?? 0) + n;
       }
       const n = results.get(fresh).length;
-      speedRows.push({
+      const bare = variant === "bare";
+      const replayStat = (field) => (bare ? Number.NaN : stat(replay, field));
+      const perCommandNew = Object.fromEntries(
+        Object.entries(perCommand)
+          .map(([name, total]) => [name, Number((total / n).toFixed(2))])
+          .filter(([, value]) => value >= 0.01),
+      );
+      const shared = {
+        store,
         framework,
         variant,
         rpsNew: stat(fresh, "rps"),
         ratioNew: stat(fresh, "ratio"),
-        ratioReplay: variant === "bare" ? Number.NaN : stat(replay, "ratio"),
+        ratioReplay: replayStat("ratio"),
         nodeUsNew: stat(fresh, "nodeUs"),
-        nodeUsReplay: variant === "bare" ? Number.NaN : stat(replay, "nodeUs"),
-        redisUsNew: stat(fresh, "redisUs"),
-        redisUsReplay: variant === "bare" ? Number.NaN : stat(replay, "redisUs"),
-        commandsNew: stat(fresh, "commands"),
-        commandsReplay: variant === "bare" ? Number.NaN : stat(replay, "commands"),
-        perCommandNew: Object.fromEntries(
-          Object.entries(perCommand)
-            .map(([name, total]) => [name, Number((total / n).toFixed(2))])
-            .filter(([, value]) => value >= 0.01),
-        ),
-      });
+        nodeUsReplay: replayStat("nodeUs"),
+      };
+      speedRows.push(
+        store === "postgres"
+          ? {
+              ...shared,
+              pgUsNew: stat(fresh, "storeUs"),
+              pgUsReplay: replayStat("storeUs"),
+              pgAllUsNew: stat(fresh, "storeAllUs"),
+              pgAllUsReplay: replayStat("storeAllUs"),
+              statementsNew: stat(fresh, "commands"),
+              statementsReplay: replayStat("commands"),
+              perStatementNew: perCommandNew,
+            }
+          : {
+              ...shared,
+              redisUsNew: stat(fresh, "redisUs"),
+              redisUsReplay: replayStat("redisUs"),
+              commandsNew: stat(fresh, "commands"),
+              commandsReplay: replayStat("commands"),
+              perCommandNew,
+            },
+      );
     }
   }
 }
@@ -290,10 +457,10 @@ async function post(base, key, headers = {}, signal) {
 }
 const runs = (server, key) => server.ran.filter((k) => k === key).length;
 
-async function checkContender(framework, variant) {
+async function checkContender(store, framework, variant) {
   // NODE_ENV=test: Express's default error handler answers without printing every stack
   const env = { CHECK: "1", LEASE_MS: String(CHECK_LEASE_MS), NODE_ENV: "test" };
-  const server = await startServer(framework, variant, env);
+  const server = await startServer(store, framework, variant, env);
   const cases = {};
   try {
     // 1. 20 concurrent duplicates of one key: one execution; afterwards the key replays the 2xx.
@@ -371,13 +538,13 @@ async function checkContender(framework, variant) {
   {
     const namespace = `p${randomUUID().slice(0, 8)}`;
     const key = randomUUID();
-    const doomed = await startServer(framework, variant, { ...env, NAMESPACE: namespace });
+    const doomed = await startServer(store, framework, variant, { ...env, NAMESPACE: namespace });
     const cut = post(doomed.base, key, { "x-hang": "1" }).catch(() => undefined);
     for (let i = 0; i < 200 && runs(doomed, key) === 0; i++) await sleep(25);
     await stop(doomed);
     const started = Date.now();
     await cut;
-    const fresh = await startServer(framework, variant, { ...env, NAMESPACE: namespace });
+    const fresh = await startServer(store, framework, variant, { ...env, NAMESPACE: namespace });
     try {
       // from the moment the fresh process serves (its start-up is not the contender's doing)
       const deadline = Date.now() + CHECK_LEASE_MS + 5_000;
@@ -413,30 +580,47 @@ const CASES = [
   ["disconnect", "client left before the reply"],
 ];
 const checkRows = [];
-async function runChecks() {
+/** The rows of a store's correctness table: its contenders, then (PostgreSQL) the peers without one. */
+const checked = (store, framework) => [
+  ...CONTENDERS[store][framework],
+  ...(store === "postgres" ? NO_POSTGRES[framework] : []),
+];
+async function runChecks(store) {
   const jobs = [];
   for (const framework of frameworks) {
-    for (const variant of CONTENDERS[framework]) {
+    for (const variant of CONTENDERS[store][framework]) {
       jobs.push(
-        checkContender(framework, variant).then(
-          (cases) => checkRows.push({ framework, variant, cases }),
-          (error) => checkRows.push({ framework, variant, error: String(error) }),
+        checkContender(store, framework, variant).then(
+          (cases) => checkRows.push({ store, framework, variant, cases }),
+          (error) => checkRows.push({ store, framework, variant, error: String(error) }),
         ),
       );
     }
+    if (store === "postgres")
+      for (const variant of NO_POSTGRES[framework])
+        checkRows.push({ store, framework, variant, unsupported: "no PostgreSQL storage" });
   }
   await Promise.all(jobs);
   checkRows.sort(
     (a, b) =>
+      stores.indexOf(a.store) - stores.indexOf(b.store) ||
       frameworks.indexOf(a.framework) - frameworks.indexOf(b.framework) ||
-      CONTENDERS[a.framework].indexOf(a.variant) - CONTENDERS[b.framework].indexOf(b.variant),
+      checked(a.store, a.framework).indexOf(a.variant) - checked(b.store, b.framework).indexOf(b.variant),
   );
 }
-// --short is a smoke run (CI): both parts at once; otherwise the checks never disturb the speed figures
-if (short) await Promise.all([speed && runSpeed(), correctness && runChecks()]);
-else {
-  if (speed) await runSpeed();
-  if (correctness) await runChecks();
+try {
+  for (const store of stores) {
+    // --short is a smoke run (CI): both parts at once; otherwise the checks never disturb the speed figures
+    if (short) await Promise.all([speed && runSpeed(store), correctness && runChecks(store)]);
+    else {
+      if (speed) await runSpeed(store);
+      if (correctness) await runChecks(store);
+    }
+  }
+} finally {
+  redis?.disconnect();
+  stopAll();
+  await dropPostgres();
 }
 
 // --- tables ------------------------------------------------------------------------------------------
@@ -444,54 +628,82 @@ const fixed = (value, digits = 2) => (Number.isFinite(value) ? value.toFixed(dig
 const whole = (value) => (Number.isFinite(value) ? String(Math.round(value)) : "—");
 const date = new Date().toISOString().slice(0, 10);
 const lines = [];
-lines.push(
-  `HTTP Idempotency-Key path on Redis ${redisVersion}, ${date}: ${connections} connections, ${seconds} s per measurement, ${rounds} round(s), medians; ratios to the bare app of the same round`,
-);
-if (speed) {
-  lines.push("");
+/** A speed row's cells after the label: ratios, Node CPU, then the store's CPU and its commands. */
+function speedCells(row) {
+  const bare = row.variant === "bare";
+  const pair = (a, b, format) => (bare ? "" : `${format(a)} / ${format(b)}`);
+  const postgres = row.store === "postgres";
+  return [
+    bare ? "1.00" : fixed(row.ratioNew),
+    bare ? "" : fixed(row.ratioReplay),
+    `${whole(row.nodeUsNew)}${bare ? "" : ` / ${whole(row.nodeUsReplay)}`}`,
+    postgres ? pair(row.pgUsNew, row.pgUsReplay, whole) : pair(row.redisUsNew, row.redisUsReplay, whole),
+    postgres
+      ? pair(row.statementsNew, row.statementsReplay, (v) => fixed(v, 1))
+      : pair(row.commandsNew, row.commandsReplay, (v) => fixed(v, 1)),
+  ];
+}
+for (const store of stores) {
+  const postgres = store === "postgres";
+  const rows = speedRows.filter((row) => row.store === store);
+  if (lines.length > 0) lines.push("");
   lines.push(
-    "| framework | contender | new keys × bare | replays × bare | Node µs/req new / replay | Redis µs/req new / replay | Redis commands new / replay |",
+    `HTTP Idempotency-Key path on ${postgres ? `PostgreSQL ${postgresVersion}` : `Redis ${redisVersion}`}, ${date}: ${connections} connections, ${seconds} s per measurement, ${rounds} round(s), medians; ratios to the bare app of the same round`,
   );
-  lines.push("|---|---|---:|---:|---:|---:|---:|");
-  for (const row of speedRows) {
-    const bare = row.variant === "bare";
+  if (postgres)
     lines.push(
-      `| ${row.framework} | ${bare ? `bare app (${Math.round(row.rpsNew)} req/s)` : LABEL[row.variant]} | ${bare ? "1.00" : fixed(row.ratioNew)} | ${bare ? "" : fixed(row.ratioReplay)} | ${whole(row.nodeUsNew)}${bare ? "" : ` / ${whole(row.nodeUsReplay)}`} | ${bare ? "" : `${whole(row.redisUsNew)} / ${whole(row.redisUsReplay)}`} | ${bare ? "" : `${fixed(row.commandsNew, 1)} / ${fixed(row.commandsReplay, 1)}`} |`,
+      "(neither peer has a PostgreSQL storage on npm: express-idempotency has Redis and MongoDB adapters, @node-idempotency memory and Redis)",
+    );
+  if (speed) {
+    lines.push("");
+    lines.push(
+      postgres
+        ? "| framework | contender | new keys × bare | replays × bare | Node µs/req new / replay | PostgreSQL µs/req new / replay | statements new / replay |"
+        : "| framework | contender | new keys × bare | replays × bare | Node µs/req new / replay | Redis µs/req new / replay | Redis commands new / replay |",
+    );
+    lines.push("|---|---|---:|---:|---:|---:|---:|");
+    for (const row of rows) {
+      const name =
+        row.variant === "bare" ? `bare app (${Math.round(row.rpsNew)} req/s)` : label(store, row.variant);
+      lines.push(`| ${row.framework} | ${name} | ${speedCells(row).join(" | ")} |`);
+    }
+    lines.push("");
+    lines.push(
+      postgres
+        ? "PostgreSQL statements per new key, by kind (counted at the client; PostgreSQL µs/req is the CPU of the contender's own connections' server processes):"
+        : "Redis commands per new key, by command (INFO commandstats, script commands included):",
+    );
+    for (const row of rows) {
+      if (row.variant === "bare") continue;
+      const parts = Object.entries(postgres ? row.perStatementNew : row.perCommandNew)
+        .map(([name, n]) => `${name} ${n}`)
+        .join(", ");
+      lines.push(`- ${row.framework} ${label(store, row.variant)}: ${parts}`);
+    }
+  }
+  if (correctness) {
+    lines.push("");
+    lines.push(`| framework | contender | ${CASES.map(([, title]) => title).join(" | ")} |`);
+    lines.push(`|---|---|${CASES.map(() => "---").join("|")}|`);
+    for (const row of checkRows.filter((r) => r.store === store)) {
+      const cells = CASES.map(([id]) => {
+        if (row.unsupported !== undefined) return row.unsupported;
+        if (row.error !== undefined) return `error: ${row.error}`;
+        const c = row.cases[id];
+        return `${c.pass ? "pass" : "FAIL"}: ${c.detail}`;
+      });
+      lines.push(`| ${row.framework} | ${label(store, row.variant)} | ${cells.join(" | ")} |`);
+    }
+    lines.push("");
+    lines.push(
+      postgres
+        ? `(oncely and the floor run with a ${CHECK_LEASE_MS / 1000} s lease here.)`
+        : `(oncely and the floor run with a ${CHECK_LEASE_MS / 1000} s lease here; the peers keep a key for their ttl, 24 h.)`,
     );
   }
-  lines.push("");
-  lines.push("Redis commands per new key, by command (INFO commandstats, script commands included):");
-  for (const row of speedRows) {
-    if (row.variant === "bare") continue;
-    const parts = Object.entries(row.perCommandNew)
-      .map(([name, n]) => `${name} ${n}`)
-      .join(", ");
-    lines.push(`- ${row.framework} ${LABEL[row.variant]}: ${parts}`);
-  }
-}
-if (correctness) {
-  lines.push("");
-  lines.push(`| framework | contender | ${CASES.map(([, title]) => title).join(" | ")} |`);
-  lines.push(`|---|---|${CASES.map(() => "---").join("|")}|`);
-  for (const row of checkRows) {
-    const cells = CASES.map(([id]) => {
-      if (row.error !== undefined) return `error: ${row.error}`;
-      const c = row.cases[id];
-      return `${c.pass ? "pass" : "FAIL"}: ${c.detail}`;
-    });
-    lines.push(`| ${row.framework} | ${LABEL[row.variant]} | ${cells.join(" | ")} |`);
-  }
-  lines.push("");
-  lines.push(
-    `(oncely and the floor run with a ${CHECK_LEASE_MS / 1000} s lease here; the peers keep a key for their ttl, 24 h.)`,
-  );
 }
 process.stdout.write(`${lines.join("\n")}\n`);
 if (jsonOut !== undefined) {
-  writeFileSync(
-    jsonOut,
-    JSON.stringify({ date, redisVersion, seconds, rounds, connections, speedRows, checkRows }, null, 2),
-  );
+  const figures = { date, redisVersion, postgresVersion, seconds, rounds, connections, speedRows, checkRows };
+  writeFileSync(jsonOut, JSON.stringify(figures, null, 2));
 }
-redis.disconnect();
-stopAll();

@@ -1,9 +1,12 @@
 // One app for bench/http-peers: `node server.mjs <express|fastify> <variant>` with REDIS_URL and
-// NAMESPACE in the environment. Variants:
+// NAMESPACE in the environment; with STORE=postgres, oncely and the floor run on PostgreSQL instead
+// (POSTGRES_URL, PG_SCHEMA: the run's schema, already migrated; PG_TABLE: oncely's table), and
+// SIGUSR2 prints {"statements": {kind: n}, "backends": [pid]} (see postgres.mjs). Variants:
 //   bare                 the app alone (the baseline of every ratio)
 //   oncely               oncely/express or oncely/fastify on RedisBackend (ioredis)
 //   oncely-node-redis    the same on a node-redis client (the client @node-idempotency's adapter uses)
-//   floor                the least a correct guard does here, inline (see "The floor" below)
+//   floor                the least a correct guard does here, inline (see "The floor" below; on
+//                        PostgreSQL, postgresFloor in postgres.mjs)
 //   express-idempotency  express-idempotency 1.0.6 with a Redis data adapter (Express only; see below)
 //   node-idempotency     @node-idempotency/core 1.0.11 + @node-idempotency/storage-adapter-redis 1.0.2,
 //                        glued to the framework as its README describes (see below)
@@ -31,6 +34,12 @@ const distUrl = (file) => new URL(file, dist.endsWith("/") ? dist : `${dist}/`).
 for (const signal of ["SIGINT", "SIGTERM"]) process.once(signal, () => process.exit(0));
 const say = (line) => process.stdout.write(`${JSON.stringify(line)}\n`);
 const TTL_MS = 86_400_000;
+const store = process.env.STORE ?? "redis";
+if (store !== "redis" && store !== "postgres") throw new Error(`unknown STORE ${store}`);
+// neither peer has a PostgreSQL storage on npm (express-idempotency: Redis and MongoDB adapters;
+// @node-idempotency: memory and Redis)
+if (store === "postgres" && !["bare", "oncely", "floor"].includes(variant))
+  throw new Error(`${variant} has no PostgreSQL storage`);
 
 let orders = 0;
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -46,8 +55,29 @@ async function work(key, header, item) {
   return { status: 201, body: { id: ++orders, item: item ?? null } };
 }
 
+/** The PostgreSQL pool of this process (one for any contender), its statements counted. */
+let postgres;
+async function postgresPool() {
+  if (postgres !== undefined) return postgres;
+  const [{ default: pg }, { countingPool }] = await Promise.all([import("pg"), import("./postgres.mjs")]);
+  postgres = countingPool(pg, process.env.POSTGRES_URL);
+  await postgres.open();
+  process.on("SIGUSR2", () => say(postgres.counters()));
+  return postgres;
+}
+
 /** oncely's backend: on ioredis, or on node-redis for the variant `oncely-node-redis`. */
 async function oncelyBackend() {
+  if (store === "postgres") {
+    const { PostgresBackend } = await import(distUrl("postgres.js"));
+    const { pool } = await postgresPool();
+    return new PostgresBackend({
+      pool,
+      schema: process.env.PG_SCHEMA,
+      table: process.env.PG_TABLE,
+      namespace,
+    });
+  }
   const { RedisBackend } = await import(distUrl("redis.js"));
   if (variant !== "oncely-node-redis") return new RedisBackend({ client: await redisClient(), namespace });
   const { createClient } = await import("redis");
@@ -76,6 +106,11 @@ if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
 end
 return 0`;
 async function floorGuard() {
+  if (store === "postgres") {
+    const { postgresFloor } = await import("./postgres.mjs");
+    const { pool } = await postgresPool();
+    return postgresFloor(pool, process.env.PG_SCHEMA, namespace, FLOOR_LEASE_MS, TTL_MS);
+  }
   const redis = await redisClient();
   redis.defineCommand("floorComplete", { numberOfKeys: 1, lua: FLOOR_COMPLETE });
   const lease = String(FLOOR_LEASE_MS);
