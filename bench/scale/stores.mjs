@@ -6,8 +6,9 @@
 // of done records in the store's own format, the store server's CPU time, its size in bytes, and
 // close(), which drops what the store made:
 // - Redis: one private redis-server on a free 127.0.0.1 port, started on first use and shared by every
-//   case of the run (so INFO and MEMORY see the bench alone); `flushRedis()` empties it between cases,
-//   `stopStores()` stops it. Its CPU is the server process's (/proc).
+//   case of the run (so INFO and MEMORY see the bench alone); each store a logical database of its
+//   own (1-15), emptied at close; `flushRedis()` empties the server between cases, `stopStores()` stops
+//   it. Its CPU is the server process's (/proc).
 // - PostgreSQL (ONCELY_POSTGRES_URL, default 127.0.0.1:5432/test): a private schema holding a private
 //   records table, dropped at close. CPU: every process named `postgres` (its connection processes
 //   and background workers; on a shared machine that includes other clients' sessions).
@@ -29,7 +30,12 @@ const POSTGRES_URL = process.env.ONCELY_POSTGRES_URL ?? "postgres://postgres@127
 const MYSQL_URL = process.env.ONCELY_MYSQL_URL ?? "mysql://root@127.0.0.1:3306/test";
 const DAY_MS = 24 * 3600_000;
 const LEASE_MS = 60_000;
-const REDIS_PIPELINE = 5_000;
+const REDIS_BATCH = 50_000;
+const REPLICATE_LUA = `local v, px = ARGV[3], ARGV[4]
+for i = tonumber(ARGV[5]), tonumber(ARGV[6]) do
+  redis.call('SET', ARGV[1] .. i .. ARGV[2], v, 'PX', px)
+end
+return 1`;
 
 const run = randomBytes(3).toString("hex");
 let serial = 0;
@@ -38,6 +44,7 @@ const privateName = () => `oncely_scale_${run}_${++serial}`;
 
 // --- the run's private redis-server ---------------------------------------------------------------
 let redisServer;
+let redisDatabases = 0;
 
 async function freePort() {
   const server = createServer();
@@ -130,7 +137,9 @@ export async function openStore(name, ctx, options = {}) {
 async function openRedis(ctx, options) {
   const server = await startRedis();
   const { RedisBackend } = await import(`${ctx.dist}/redis.js`);
-  const client = new server.Redis(server.url);
+  // a logical database of its own (1-15), emptied at close: the next store starts from an empty one
+  const db = (redisDatabases++ % 15) + 1;
+  const client = new server.Redis(server.url, { db });
   const namespace = `s${run}${++serial}`;
   const backend = new RedisBackend({ client, namespace, ...notifications(options), ...options.backend });
   await backend.get("warm-up");
@@ -156,13 +165,17 @@ async function openRedis(ctx, options) {
       const value = await client.getBuffer(stored(sample));
       const px = await client.pttl(stored(sample));
       if (value === null || px <= 0) throw new Error("redis: the sample record is missing");
-      for (let from = 0; from < count; from += REDIS_PIPELINE) {
-        const pipeline = client.pipeline();
-        for (let i = from; i < Math.min(count, from + REDIS_PIPELINE); i++) {
-          pipeline.set(stored(`${prefix}${i}`), value, "PX", px);
-        }
-        for (const [error] of await pipeline.exec()) if (error) throw error;
+      // SET … PX of the same bytes in a server-side loop, a batch per script (its own private server:
+      // the keys need not be declared, and a script of REDIS_BATCH SETs blocks nobody else)
+      for (let from = 0; from < count; from += REDIS_BATCH) {
+        const to = Math.min(count, from + REDIS_BATCH) - 1;
+        await client.eval(REPLICATE_LUA, 0, `${namespace}:{${prefix}`, "}", value, px, from, to);
       }
+    },
+    /** Mean MEMORY USAGE of these keys (key, value and the key's entry; not the table's buckets). */
+    async recordBytes(keys) {
+      const sizes = await Promise.all(keys.map((k) => client.memory("USAGE", stored(k), "SAMPLES", "0")));
+      return sizes.reduce((a, b) => a + Number(b), 0) / sizes.length;
     },
     storeCpuMs: () => processCpuMs(server.child.pid),
     /** The private server's used_memory (it holds only this bench's keys). */
@@ -172,6 +185,7 @@ async function openRedis(ctx, options) {
     },
     async close() {
       await backend.close();
+      await client.flushdb();
       client.disconnect();
     },
   };

@@ -6,10 +6,10 @@
 // The held records are real done records in the store's own format: one sample is claimed and
 // completed through oncely, and its stored bytes (Redis) or row (SQL) are copied in bulk under new
 // keys (stores.mjs `loadDone`); every duplicate pass asserts that each call was answered `duplicate`
-// and that no work ran. The store grows in place between sizes (the records a pass of new keys adds
-// stay too, a few thousand among the held ones); at each size the new-key and duplicate passes
-// alternate over the rounds and the median is reported, with the CPU per operation of this process and
-// of the store.
+// and that no work ran. Each size is a store of its own (a Redis logical database, a PostgreSQL
+// schema, a MariaDB database, an SQLite file), loaded once; the rounds visit every size in turn, a pass
+// of new keys then a pass of duplicates (the new keys stay, a few thousand beside the held ones), and
+// the median is reported, with the CPU per operation of this process and of the store.
 import { drive, median } from "../../support.mjs";
 import { openStore } from "../stores.mjs";
 
@@ -24,9 +24,8 @@ const TARGETS = { redis: 0.9, sqlite: 0.9, postgres: 0.8, mysql: 0.8 };
 export async function run(ctx) {
   const { lock, silentLogger } = await import(`${ctx.dist}/index.js`);
   const sizes = ctx.short ? [1e3, 1e4] : [1e3, 1e5, 1e6];
-  // calls per pass: as many as take about `seconds` at the rate a warm-up pass found
-  const seconds = ctx.short ? 0.2 : 1.5;
-  const rounds = ctx.short ? 1 : 3;
+  const seconds = ctx.short ? 0.2 : 1;
+  const rounds = ctx.short ? 1 : 5;
   const bytesCount = ctx.short ? 2e3 : 1e5;
 
   const newSeries = [];
@@ -37,82 +36,81 @@ export async function run(ctx) {
 
   for (const name of ctx.stores) {
     const storeSizes = ctx.huge && name === "postgres" ? [...sizes, 1e7] : sizes;
-    const store = await openStore(name, ctx, { poolSize: C });
-    const options = { backend: store.backend, logger: silentLogger };
+    // one store per size, each loaded once; the rounds then visit every size in turn (which size goes
+    // first rotates), so that a loaded machine's slow spells fall on every size alike
+    const stores = [];
     const newPoints = [];
     const dupPoints = [];
     try {
-      // the held records: segments of keys `h<step>-<i>`, growing to each size in turn
-      const segments = [];
-      let held = 0;
-      let n;
       for (const size of storeSizes) {
+        const store = await openStore(name, ctx, { poolSize: C });
+        stores.push(store);
         const started = Date.now();
-        const prefix = `h${segments.length}-`;
-        await store.loadDone(size - held, { prefix });
-        segments.push({ prefix, count: size - held, from: held });
-        held = size;
+        await store.loadDone(size);
         ctx.log(`${name}: ${size} held (loaded in ${Date.now() - started} ms)`);
-        /** The j-th held key, j in [0, held), spread over every segment. */
-        const heldKey = (j) => {
-          const segment = segments.findLast((s) => s.from <= j);
-          return `${segment.prefix}${j - segment.from}`;
+        store.options = { backend: store.backend, logger: silentLogger };
+        // warm-up (discarded): the pool's connections, prepared statements, JIT
+        const warm = ctx.short ? 100 : 500;
+        store.warm = {
+          fresh: await drive(warm, C, (i) => lock(`warm-${i}`, noop, store.options)),
+          dup: await drive(warm, C, (i) => lock(`warm-${i}`, noop, store.options)),
         };
-        if (n === undefined) {
-          // warm-up (discarded): the pool's connections, prepared statements, JIT
-          const warm = ctx.short ? 200 : 1_000;
-          const fresh = await drive(warm, C, (i) => lock(`warm-${i}`, noop, options));
-          const dup = await drive(warm, C, (i) => lock(`warm-${i}`, noop, options));
-          n = {
-            fresh: Math.max(200, Math.round(fresh * seconds)),
-            dup: Math.max(200, Math.round(dup * seconds)),
-          };
-          ctx.log(`${name}: ${n.fresh} new keys and ${n.dup} duplicates per pass`);
-        }
-        const samples = { newOps: [], dupOps: [], newCpu: [], dupCpu: [] };
-        for (let round = 0; round < rounds; round++) {
+      }
+      // calls per pass: about `seconds` at the smallest store's warm-up rate, the same for every size
+      const n = {
+        fresh: Math.max(200, Math.round(stores[0].warm.fresh * seconds)),
+        dup: Math.max(200, Math.round(stores[0].warm.dup * seconds)),
+      };
+      ctx.log(`${name}: ${n.fresh} new keys and ${n.dup} duplicates per pass`);
+      const samples = stores.map(() => ({ newOps: [], dupOps: [], newCpu: [], dupCpu: [] }));
+      for (let round = 0; round < rounds; round++) {
+        for (let k = 0; k < stores.length; k++) {
+          const at = (round + k) % stores.length;
+          const store = stores[at];
+          const size = storeSizes[at];
           const fresh = await measure(store, n.fresh, (i) =>
-            lock(`new-${size}-${round}-${i}`, noop, options).then((outcome) => {
+            lock(`new-${round}-${i}`, noop, store.options).then((outcome) => {
               if (outcome.kind !== "ran" || !outcome.committed) throw new Error(`${name}: new key not run`);
             }),
           );
-          samples.newOps.push(fresh.ops);
-          samples.newCpu.push(fresh.cpu);
+          samples[at].newOps.push(fresh.ops);
+          samples[at].newCpu.push(fresh.cpu);
           let ran = 0;
           const work = async () => {
             ran++;
           };
-          // a fixed stride through the held keys (coprime with any size), so that a pass reads keys
-          // of every segment, old and new
+          // a stride through the held keys coprime with any size, so that a pass reads keys all over
           const dup = await measure(store, n.dup, async (i) => {
-            const key = heldKey((i * 7_919 + round * 104_729) % held);
-            const outcome = await lock(key, work, options);
+            const key = `held-${(i * 7_919 + round * 104_729) % size}`;
+            const outcome = await lock(key, work, store.options);
             if (outcome.kind !== "duplicate")
               throw new Error(`${name}: held key ${key} answered ${outcome.kind}`);
           });
           if (ran > 0) throw new Error(`${name}: work ran ${ran} times on held (done) keys`);
-          samples.dupOps.push(dup.ops);
-          samples.dupCpu.push(dup.cpu);
+          samples[at].dupOps.push(dup.ops);
+          samples[at].dupCpu.push(dup.cpu);
         }
-        const at = (list) => median(list);
-        newPoints.push([size, at(samples.newOps)]);
-        dupPoints.push([size, at(samples.dupOps)]);
+      }
+      storeSizes.forEach((size, at) => {
+        const { newOps, dupOps, newCpu, dupCpu } = samples[at];
+        newPoints.push([size, median(newOps)]);
+        dupPoints.push([size, median(dupOps)]);
         cpuRows.push([
           name,
           size,
-          round0(at(samples.newOps)),
-          round0(at(samples.dupOps)),
-          round0(at(samples.newCpu.map((c) => c.node))),
-          storeUs(samples.newCpu),
-          round0(at(samples.dupCpu.map((c) => c.node))),
-          storeUs(samples.dupCpu),
+          round0(median(newOps)),
+          round0(median(dupOps)),
+          round0(median(newCpu.map((c) => c.node))),
+          storeUs(newCpu),
+          round0(median(dupCpu.map((c) => c.node))),
+          storeUs(dupCpu),
         ]);
         ctx.log(
-          `${name}: ${size} held: new ${round0(at(samples.newOps))}/s, duplicates ${round0(at(samples.dupOps))}/s`,
+          `${name}: ${size} held: new ${round0(median(newOps))}/s, duplicates ${round0(median(dupOps))}/s`,
         );
-      }
+      });
     } finally {
-      await store.close();
+      for (const store of stores) await store.close();
     }
     newSeries.push({ name, points: newPoints });
     dupSeries.push({ name, points: dupPoints });
@@ -141,8 +139,8 @@ export async function run(ctx) {
     title,
     summary:
       `New keys (lock() with a no-op body) and duplicates of held done keys at C = ${C}, closed loop, ` +
-      `passes of about ${seconds} s after a warm-up, median of ${rounds} alternating round(s), as the store grows to ` +
-      `${sizes.map(exp).join(", ")} done records loaded in bulk in the store's own format ` +
+      `passes of about ${seconds} s after a warm-up, median of ${rounds} round(s) that visit every size in turn, ` +
+      `with ${sizes.map(exp).join(", ")} done records held (loaded in bulk in the store's own format) ` +
       `(every duplicate asserted); and the bytes a done record takes (${exp(bytesCount)} records).`,
     curves: [
       {
@@ -176,7 +174,8 @@ export async function run(ctx) {
         rows: cpuRows,
       },
       {
-        title: "Bytes per done record (keys of 8 to 16 bytes)",
+        title:
+          "Bytes per done record (keys of 8 to 16 bytes; Redis: MEMORY USAGE of the key, without the key table's buckets)",
         columns: ["store", "no result", "200-byte result"],
         rows: bytesRows,
       },
@@ -205,7 +204,7 @@ async function measure(store, n, op) {
 
 /**
  * Bytes per done record on a fresh store: its size before, after `count` records without a result,
- * and after `count` more with a 200-byte result (Redis: used_memory of the private server; PostgreSQL:
+ * and after `count` more with a 200-byte result (Redis: the mean MEMORY USAGE of 200 of the keys; PostgreSQL:
  * pg_total_relation_size after VACUUM ANALYZE; MariaDB: data_length + index_length after ANALYZE
  * TABLE; SQLite: page_count × page_size).
  */
@@ -217,6 +216,15 @@ async function bytesPerRecord(name, ctx, count) {
     const b1 = await store.bytes();
     await store.loadDone(count, { prefix: "result-", result: RESULT });
     const b2 = await store.bytes();
+    if (store.recordBytes !== undefined) {
+      // Redis: used_memory moves in steps (the key table doubles), so the keys' own MEMORY USAGE
+      const sample = (prefix) =>
+        Array.from({ length: 200 }, (_, i) => `${prefix}${i * Math.floor(count / 200)}`);
+      return [
+        round0(await store.recordBytes(sample("plain-"))),
+        round0(await store.recordBytes(sample("result-"))),
+      ];
+    }
     return [round0((b1 - b0) / count), round0((b2 - b1) / count)];
   } finally {
     await store.close();
