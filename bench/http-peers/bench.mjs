@@ -704,6 +704,7 @@ for (const store of stores) {
 }
 process.stdout.write(`${lines.join("\n")}\n`);
 if (jsonOut !== undefined) {
-  const figures = { date, redisVersion, postgresVersion, seconds, rounds, connections, speedRows, checkRows };
+  const postgres = stores.includes("postgres") ? { postgresVersion, postgresSchema: pgSchema } : {};
+  const figures = { date, redisVersion, ...postgres, seconds, rounds, connections, speedRows, checkRows };
   writeFileSync(jsonOut, JSON.stringify(figures, null, 2));
 }
