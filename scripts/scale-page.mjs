@@ -226,25 +226,28 @@ const px = (value) => String(Math.round(value * 10) / 10);
 const textWidth = (text, size) => String(text).length * size * 0.58;
 
 /** The visible range of one axis and its ticks: `scale(value)` is 0..1 along the axis. */
-function axisOf(spec, values, { fromZero, length }) {
+function axisOf(spec, values, { fromZero, length, measured }) {
   let min = Math.min(...values);
   let max = Math.max(...values);
-  if (spec.log) {
+  // a few measured positions (1, 16, 64, 256 callers): tick exactly those, when their labels fit
+  if (measured) {
+    const at = spec.log ? Math.log10 : (v) => v;
     const distinct = [...new Set(values)].sort((a, b) => a - b);
-    const lo = Math.log10(min);
-    const hi = Math.log10(max);
-    const pixelsPerDecade = length / Math.max(hi - lo, 1);
-    const gaps = distinct.slice(1).map((v, i) => Math.log10(v / distinct[i]) * pixelsPerDecade);
-    // a few measured positions (1, 4, 16, 64, 256 callers): tick exactly those, when their labels fit
-    if (distinct.length >= 2 && distinct.length <= 8 && Math.min(...gaps) >= 40) {
-      const pad = Math.max((hi - lo) * 0.05, 0.05);
-      const a = lo - pad;
-      const b = hi + pad;
+    const span = at(max) - at(min);
+    const gaps = distinct.slice(1).map((v, i) => ((at(v) - at(distinct[i])) / span) * length);
+    if (distinct.length <= 8 && Math.min(...gaps) >= 40) {
+      const pad = span === 0 ? (spec.log ? 0.5 : Math.abs(min) / 2 || 1) : span * 0.05;
+      const a = at(min) - pad;
+      const b = at(max) + pad;
       return {
-        scale: (v) => (Math.log10(v) - a) / (b - a),
+        scale: (v) => (at(v) - a) / (b - a),
         ticks: distinct.map((v) => ({ value: v, label: formatTick(v, 3) })),
       };
     }
+  }
+  if (spec.log) {
+    const lo = Math.log10(min);
+    const hi = Math.log10(max);
     let a = Math.floor(lo);
     let b = Math.ceil(hi);
     if (a === b) {
@@ -316,12 +319,12 @@ export function renderSvg(curve, styleOf) {
   const x = axisOf(
     curve.x,
     points.map((p) => p[0]),
-    { fromZero: false, length: plotWidth },
+    { fromZero: false, length: plotWidth, measured: true },
   );
   const y = axisOf(
     curve.y,
     points.map((p) => p[1]),
-    { fromZero: true, length: PLOT.height },
+    { fromZero: true, length: PLOT.height, measured: false },
   );
   const left = PLOT.left;
   const right = WIDTH - PLOT.right;
@@ -483,7 +486,7 @@ function machineLine(run) {
   for (const [key, value] of Object.entries(rest))
     if (typeof value === "string" || typeof value === "number") parts.push(`${inline(key)} ${cell(value)}`);
   if (loadavg.length > 0)
-    parts.push(`load average ${loadavg.map((v) => formatNumber(v)).join(", ")} when the run started`);
+    parts.push(`load average ${loadavg.map((v) => formatNumber(v)).join(", ")} (as the runner recorded it)`);
   return parts.join(", ");
 }
 
@@ -522,6 +525,12 @@ export function renderPage(run) {
     "In the targets' tables, ✓ is met, ✗ not met, and — not measured in this run (its note says why).",
     "",
   );
+  if (run.machine.loadavg.some((load) => load > run.machine.cpus))
+    push(
+      `A load average above the ${run.machine.cpus} cores means other work shared the machine during the run:`,
+      "its figures, the ratios too, are rougher than a quiet machine's.",
+      "",
+    );
   if (run.short)
     push(
       "::: warning A short run",

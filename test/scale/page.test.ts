@@ -83,7 +83,7 @@ describe("docs:scale on the sample run", () => {
     const md = readFileSync(out.md, "utf8");
     expect(md).toMatch(/^# Scale\n/);
     expect(md).toContain("One run of `npm run bench:scale` on 2026-12-03: 2 CPU cores, Node v20.19.4");
-    expect(md).toContain("load average 1.42, 1.18, 0.97");
+    expect(md).toContain("load average 1.42, 1.18, 0.97 (as the runner recorded it)");
     expect(md).not.toContain("A short run");
     for (const result of run.cases) {
       expect(md).toContain(`\n## ${result.title}\n\n${result.summary}\n`);
