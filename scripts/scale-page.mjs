@@ -449,15 +449,23 @@ function seriesStyles(cases) {
 // The page
 
 /**
- * Text from the run inside markdown: inline markdown (code spans) stays, nothing becomes HTML or a Vue
- * interpolation, and a table cell stays one cell.
+ * Text from the run inside markdown: code spans stay code, nothing else becomes HTML or a Vue
+ * interpolation (`{{`), and a table cell stays one cell.
  */
 function inline(text) {
+  const html = (t) =>
+    t.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/\|/g, "&#124;");
   return String(text)
     .replace(/\s*\n\s*/g, " ")
-    .replace(/</g, "&lt;")
-    .replace(/\|/g, "\\|")
-    .replace(/\{\{/g, "{<span>{</span>");
+    .split(/(`[^`]+`)/)
+    .map((part, i) => {
+      if (i % 2 === 1)
+        return part.includes("{{")
+          ? `<code v-pre>${html(part.slice(1, -1))}</code>`
+          : part.replace(/\|/g, "\\|");
+      return part.replace(/</g, "&lt;").replace(/\|/g, "\\|").replace(/\{\{/g, "{<span>{</span>");
+    })
+    .join("");
 }
 
 function cell(value) {

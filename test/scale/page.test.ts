@@ -145,6 +145,20 @@ describe("docs:scale on the sample run", () => {
     expect(readdirSync(first.svgDir).sort()).toEqual(["records-duplicates.svg", "records-new-keys.svg"]);
   });
 
+  it("text from the run stays text: no HTML, no Vue interpolation, no extra table cell", () => {
+    const run = JSON.parse(readFileSync(sample, "utf8")) as Run;
+    run.cases[0]!.summary = "a {{ b }}, `c {{ d }} | e`, `f<g`, h<i | j";
+    run.cases[0]!.tables[0]!.rows[0]![0] = "x `y|z` {{w}}";
+    const out = generate(run);
+    expect(out.code, out.stderr).toBe(0);
+    const md = readFileSync(out.md, "utf8");
+    // VitePress renders these as the text itself (checked by building a page with them)
+    expect(md).toContain(
+      "a {<span>{</span> b }}, <code v-pre>c {{ d }} &#124; e</code>, `f<g`, h&lt;i \\| j\n",
+    );
+    expect(md).toContain("| x `y\\|z` {<span>{</span>w}} | 180 | 392 |");
+  });
+
   it("leaves files other than SVGs in the chart folder, removes SVGs no curve names", () => {
     const first = generate(sample);
     writeFileSync(join(first.svgDir, "old-curve.svg"), "<svg/>");
