@@ -99,7 +99,7 @@ export async function stopStores() {
  * A store for one case run.
  * options: poolSize (connections of the pool the backend and the floor share; default 16), notifications
  * (passed to the backend when set), backend (more backend options).
- * Returns { name, backend, raw, poolSize, floor: { pair(key), read(key) }, loadDone(count, opts),
+ * Returns { name, backend, raw, poolSize, floor: { pair(key), read(key), readRecord(key) }, loadDone(count, opts),
  * storeCpuMs(), bytes(), close() }.
  */
 export async function openStore(name, ctx, options = {}) {
@@ -160,6 +160,8 @@ async function openRedis(ctx, options) {
         }
       },
       read: (key) => client.get(`raw:${namespace}:${key}`),
+      /** One read of a record oncely stored (the floor of a duplicate): GET of its key. */
+      readRecord: (key) => client.getBuffer(stored(key)),
     },
     async replicate(sample, prefix, count) {
       const value = await client.getBuffer(stored(sample));
@@ -223,6 +225,10 @@ async function openPostgres(ctx, options) {
     name: `raw_select_${schema}`,
     text: `SELECT state, fence FROM "${schema}".raw WHERE k = $1`,
   };
+  const readRecord = {
+    name: `raw_read_${schema}`,
+    text: `SELECT * FROM ${qualified} WHERE namespace = '' AND key = $1`,
+  };
   return {
     backend,
     raw: pool,
@@ -234,6 +240,8 @@ async function openPostgres(ctx, options) {
         if (claimed.rowCount === 1) await pool.query({ ...update, values: [key] });
       },
       read: (key) => pool.query({ ...select, values: [key] }),
+      /** One read of a record oncely stored (the floor of a duplicate): its row by primary key. */
+      readRecord: (key) => pool.query({ ...readRecord, values: [key] }),
     },
     async replicate(sample, prefix, count) {
       const { fields } = await pool.query(`SELECT * FROM ${qualified} LIMIT 0`);
@@ -289,6 +297,9 @@ async function openMysql(ctx, options) {
         }
       },
       read: (key) => pool.execute("SELECT state, fence FROM raw WHERE k = ?", [key]),
+      /** One read of a record oncely stored (the floor of a duplicate): its row by primary key. */
+      readRecord: (key) =>
+        pool.execute(`SELECT * FROM \`${table}\` WHERE namespace = '' AND \`key\` = ?`, [key]),
     },
     async replicate(sample, prefix, count) {
       const [, fields] = await pool.query(`SELECT * FROM \`${table}\` LIMIT 0`);
@@ -335,6 +346,13 @@ async function openSqlite(ctx, options) {
   const insert = db.prepare("INSERT OR IGNORE INTO raw VALUES (?, 'claimed', 1)");
   const update = db.prepare("UPDATE raw SET state = 'done' WHERE k = ? AND fence = 1");
   const select = db.prepare("SELECT state, fence FROM raw WHERE k = ?");
+  let readRecordStatement;
+  const readRecord = {
+    get: (key) => {
+      readRecordStatement ??= db.prepare(`SELECT * FROM "${table}" WHERE namespace = '' AND key = ?`);
+      return readRecordStatement.get(key);
+    },
+  };
   // one statement per await, like the backend's: the floor yields to the event loop the same way
   return {
     backend,
@@ -346,6 +364,8 @@ async function openSqlite(ctx, options) {
         if ((await insert.run(key)).changes === 1) await update.run(key);
       },
       read: async (key) => select.get(key),
+      /** One read of a record oncely stored (the floor of a duplicate): its row by primary key. */
+      readRecord: async (key) => readRecord.get(key),
     },
     async replicate(sample, prefix, count) {
       const columns = db

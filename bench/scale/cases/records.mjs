@@ -41,6 +41,7 @@ export async function run(ctx) {
     const stores = [];
     const newPoints = [];
     const dupPoints = [];
+    const readPoints = [];
     try {
       for (const size of storeSizes) {
         const store = await openStore(name, ctx, { poolSize: C });
@@ -62,7 +63,7 @@ export async function run(ctx) {
         dup: Math.max(200, Math.round(stores[0].warm.dup * seconds)),
       };
       ctx.log(`${name}: ${n.fresh} new keys and ${n.dup} duplicates per pass`);
-      const samples = stores.map(() => ({ newOps: [], dupOps: [], newCpu: [], dupCpu: [] }));
+      const samples = stores.map(() => ({ newOps: [], dupOps: [], readOps: [], newCpu: [], dupCpu: [] }));
       for (let round = 0; round < rounds; round++) {
         for (let k = 0; k < stores.length; k++) {
           const at = (round + k) % stores.length;
@@ -89,12 +90,18 @@ export async function run(ctx) {
           if (ran > 0) throw new Error(`${name}: work ran ${ran} times on held (done) keys`);
           samples[at].dupOps.push(dup.ops);
           samples[at].dupCpu.push(dup.cpu);
+          // the store's own floor for a duplicate: one raw read of a held record, same keys
+          const read = await measure(store, n.dup, (i) =>
+            store.floor.readRecord(`held-${(i * 7_919 + round * 104_729) % size}`),
+          );
+          samples[at].readOps.push(read.ops);
         }
       }
       storeSizes.forEach((size, at) => {
-        const { newOps, dupOps, newCpu, dupCpu } = samples[at];
+        const { newOps, dupOps, readOps, newCpu, dupCpu } = samples[at];
         newPoints.push([size, median(newOps)]);
         dupPoints.push([size, median(dupOps)]);
+        readPoints.push([size, median(readOps)]);
         cpuRows.push([
           name,
           size,
@@ -104,6 +111,7 @@ export async function run(ctx) {
           storeUs(newCpu),
           round0(median(dupCpu.map((c) => c.node))),
           storeUs(dupCpu),
+          round0(median(readOps)),
         ]);
         ctx.log(
           `${name}: ${size} held: new ${round0(median(newOps))}/s, duplicates ${round0(median(dupOps))}/s`,
@@ -115,19 +123,25 @@ export async function run(ctx) {
     newSeries.push({ name, points: newPoints });
     dupSeries.push({ name, points: dupPoints });
     const last = storeSizes.filter((s) => s <= 1e6).at(-1);
+    const growth = (points) =>
+      round2(points.find((p) => p[0] === last)[1] / points.find((p) => p[0] === 1e3)[1]);
     for (const [kind, points] of [
       ["new keys", newPoints],
       ["duplicates", dupPoints],
     ]) {
-      const base = points.find((p) => p[0] === 1e3)[1];
-      const top = points.find((p) => p[0] === last)[1];
-      const value = round2(top / base);
+      const value = growth(points);
+      const notes = [
+        ...(ctx.short ? [`short mode: ${exp(last)} in place of 10^6`] : []),
+        ...(kind === "duplicates"
+          ? [`the store's raw read of a held record, the same ratio: ${growth(readPoints)}`]
+          : []),
+      ];
       targets.push({
         name: `${name}: ${kind} ops/s at ${exp(last)} held ÷ at 10^3`,
         target: `>= ${TARGETS[name]}`,
         value,
         met: value >= TARGETS[name],
-        note: ctx.short ? `short mode: ${exp(last)} in place of 10^6` : "",
+        note: notes.join("; "),
       });
     }
     bytesRows.push([name, ...(await bytesPerRecord(name, ctx, bytesCount))]);
@@ -170,6 +184,7 @@ export async function run(ctx) {
           "new: store µs",
           "duplicate: Node µs",
           "duplicate: store µs",
+          "raw read of a held record/s",
         ],
         rows: cpuRows,
       },
