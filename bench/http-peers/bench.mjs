@@ -141,6 +141,8 @@ if (stores.includes("redis")) {
   children.add(redisChild);
   redisUrl = `redis://127.0.0.1:${redisPort}`;
   redis = new Redis(redisUrl, { retryStrategy: (n) => (n > 50 ? null : 100) });
+  // refused until redis-server listens: the client retries, and ping fails once it gives up
+  redis.on("error", () => {});
   await redis.ping();
   redisVersion = /redis_version:(\S+)/.exec(await redis.info("server"))?.[1];
 }

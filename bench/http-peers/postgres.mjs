@@ -58,22 +58,28 @@ export function countingPool(pg, connectionString) {
 
 /**
  * The PostgreSQL floor: a minimal fenced guard in raw statements, each transition one round trip.
- * Claim = one statement: an INSERT that takes a new key, or (ON CONFLICT … DO UPDATE … WHERE) a row
- * whose lease or ttl has lapsed, with a fresh fence; when it takes nothing, the same statement reads
- * the row there (a completed response to replay, or a live holder). Complete = one UPDATE fenced by
- * the claim's token that stores status, headers and body under the ttl; any other outcome deletes
- * the row with the same fence. A crashed holder's row is taken over once its lease lapses. No
- * heartbeat, key validation, scope, size limits or events: what a correct guard cannot do without.
+ * Claim = one statement that reads the key's row and, only when there is none live, INSERTs a new one
+ * (ON CONFLICT … DO UPDATE … WHERE: or takes over a row whose lease or ttl has lapsed) with a fresh
+ * fence; a live row is answered from the read (a completed response to replay, or a holder), so a
+ * replay writes nothing (no transaction id, no commit to flush). Complete = one UPDATE fenced by the
+ * claim's token that stores status, headers and body under the ttl; any other outcome deletes the
+ * row with the same fence. A crashed holder's row is taken over once its lease lapses. No heartbeat,
+ * key validation, scope, size limits or events: what a correct guard cannot do without.
  */
 export function postgresFloor(pool, schema, namespace, leaseMs, ttlMs) {
   const table = floorTable(schema);
-  // A conflicting row committed after the statement's snapshot is not seen by its read: that rare
-  // race answers "in progress", never a second execution.
+  // A row another claim commits after the statement's snapshot is not seen by its read, and the
+  // INSERT then meets it (ON CONFLICT) live: that rare race answers "in progress", never a second
+  // execution.
   const claim = {
     name: "floor_claim",
-    text: `WITH won AS (
+    text: `WITH seen AS (
+             SELECT fingerprint, status, headers, body, expires_at > statement_timestamp() AS live
+             FROM ${table} WHERE key = $1
+           ), won AS (
              INSERT INTO ${table} AS f (key, fence, fingerprint, expires_at)
-             VALUES ($1, $2, $3, statement_timestamp() + $4::int * interval '1 millisecond')
+             SELECT $1, $2, $3, statement_timestamp() + $4::int * interval '1 millisecond'
+             WHERE NOT EXISTS (SELECT 1 FROM seen WHERE live)
              ON CONFLICT (key) DO UPDATE SET fence = EXCLUDED.fence, fingerprint = EXCLUDED.fingerprint,
                expires_at = EXCLUDED.expires_at, status = NULL, headers = NULL, body = NULL
              WHERE f.expires_at <= statement_timestamp()
@@ -82,8 +88,8 @@ export function postgresFloor(pool, schema, namespace, leaseMs, ttlMs) {
            SELECT true AS won, NULL AS fingerprint, NULL::int AS status, NULL AS headers, NULL AS body
            FROM won
            UNION ALL
-           SELECT false, f.fingerprint, f.status, f.headers, f.body FROM ${table} f
-           WHERE f.key = $1 AND NOT EXISTS (SELECT 1 FROM won)`,
+           SELECT false, fingerprint, status, headers, body FROM seen
+           WHERE live AND NOT EXISTS (SELECT 1 FROM won)`,
   };
   const complete = {
     name: "floor_complete",
