@@ -20,6 +20,7 @@ class CoalescingBackend implements Backend {
   readonly waitForChange?: NonNullable<Backend["waitForChange"]>;
   readonly delete?: NonNullable<Backend["delete"]>;
   readonly purgeExpired?: NonNullable<Backend["purgeExpired"]>;
+  readonly renewMany?: NonNullable<Backend["renewMany"]>;
 
   constructor(inner: Backend & Required<Pick<Backend, "claimMany">>) {
     this.#inner = inner;
@@ -27,6 +28,7 @@ class CoalescingBackend implements Backend {
     if (inner.waitForChange !== undefined) this.waitForChange = inner.waitForChange.bind(inner);
     if (inner.delete !== undefined) this.delete = inner.delete.bind(inner);
     if (inner.purgeExpired !== undefined) this.purgeExpired = inner.purgeExpired.bind(inner);
+    if (inner.renewMany !== undefined) this.renewMany = inner.renewMany.bind(inner);
   }
 
   get name(): string {

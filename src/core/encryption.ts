@@ -82,13 +82,14 @@ export function encryptResults(backend: Backend, options: ResultEncryptionOption
       return record?.result === undefined ? record : { ...record, result: cipher.open(key, record.result) };
     },
   };
-  const { claimMany, delete: remove, purgeExpired, countExpired, waitForChange, close } = backend;
+  const { claimMany, renewMany, delete: remove, purgeExpired, countExpired, waitForChange, close } = backend;
   if (claimMany !== undefined) {
     encrypted.claimMany = async (requests) => {
       const outcomes = await claimMany.call(backend, requests);
       return outcomes.map((outcome, i) => open(outcome, requests[i]?.key ?? ""));
     };
   }
+  if (renewMany !== undefined) encrypted.renewMany = (requests) => renewMany.call(backend, requests);
   if (remove !== undefined) encrypted.delete = (key) => remove.call(backend, key);
   if (purgeExpired !== undefined) encrypted.purgeExpired = (o) => purgeExpired.call(backend, o);
   if (countExpired !== undefined) encrypted.countExpired = () => countExpired.call(backend);

@@ -19,11 +19,14 @@
  * its one lease.
  *
  * One `Heartbeat` object is the claim's scheduled event (see `scheduler.ts`): a short job costs one
- * allocation and two pointer writes for all of this.
+ * allocation and two pointer writes for all of this. Renewals due in the same tick go to the store
+ * together when the backend renews in batches (`renew-batch.ts`); each key keeps its own answer,
+ * deadline and retry.
  */
 import type { Clock } from "./clock.js";
 import { LeaseLostError, storageError } from "./errors.js";
 import { EventType, type Logger, type OncelyEvent } from "./events.js";
+import { renewClaim } from "./renew-batch.js";
 import { Callback, cancel, Scheduled, schedule } from "./scheduler.js";
 import { bounded, type StoreCallHost } from "./store-call.js";
 import type { Backend, Claim } from "./types.js";
@@ -103,9 +106,11 @@ export class Heartbeat extends Scheduled {
     this.#armDeadline();
     const host = this.#host;
     const claim = this.#claim;
+    // Read before the renewal is queued: its batch (`renew-batch.ts`) goes out later in this tick,
+    // so the lease is counted from no later than the batch's send.
     const sentAt = host.clock.now();
     const deadline = Math.min(host.storeTimeoutMs, Math.max(1, Math.floor(host.leaseMs / 3)));
-    bounded(host, "renew", claim.key, () => host.backend.renew(claim, host.leaseMs), deadline).then(
+    bounded(host, "renew", claim.key, () => renewClaim(host.backend, claim, host.leaseMs), deadline).then(
       (renewed) => {
         if (this.#stopped) return;
         if (!renewed) {

@@ -108,6 +108,11 @@ export interface BackendCapabilities {
   readonly nativeTtl: boolean;
   /** `claimMany` decides many keys in one round trip. */
   readonly batchClaim: boolean;
+  /**
+   * `renewMany` renews many keys in one round trip: the heartbeats due in one tick then go to the
+   * store together. Optional, so that a backend written before it still fits. @default false
+   */
+  readonly batchRenew?: boolean;
   /** Several processes may share one store. */
   readonly multiProcess: boolean;
 }
@@ -167,6 +172,17 @@ export interface Backend {
   claimMany?(
     requests: ReadonlyArray<{ readonly key: string; readonly options: ClaimOptions }>,
   ): Promise<ClaimOutcome[]>;
+  /**
+   * Optional batch renew (capability `batchRenew`): renews many claims in as few round trips as the
+   * store allows (Redis: one pipeline; PostgreSQL and MySQL: one statement). Each answer is exactly
+   * what `renew(claim, leaseMs)` would answer for its request — fenced per key, no lease check — so a
+   * moved fence fails its own key alone; answers come in request order. The same key may appear more
+   * than once (each answered as renew would). The whole batch rejects with `StorageError` only when
+   * the store cannot answer for it; the caller then treats every key of it as a failed renewal.
+   */
+  renewMany?(
+    requests: ReadonlyArray<{ readonly claim: Claim; readonly leaseMs: number }>,
+  ): Promise<boolean[]>;
   delete?(key: string): Promise<boolean>;
   /**
    * Physically deletes expired records; returns how many. Correctness never depends on it. Stores

@@ -45,6 +45,8 @@ export interface BackendContractSupports {
   readonly purgeExpired?: boolean;
   /** The backend has `waitForChange()` and declares `capabilities.notifications`. */
   readonly notifications?: boolean;
+  /** The backend has `renewMany()` and declares `capabilities.batchRenew`. */
+  readonly batchRenew?: boolean;
 }
 
 type Feature = keyof BackendContractSupports;
@@ -52,6 +54,7 @@ type Feature = keyof BackendContractSupports;
 const FEATURE_TEXT: Record<Feature, string> = {
   purgeExpired: "no purgeExpired()",
   notifications: "no change notifications (capabilities.notifications or waitForChange missing)",
+  batchRenew: "no batch renewals (capabilities.batchRenew or renewMany missing)",
 };
 
 function hasFeature(backend: Backend, feature: Feature): boolean {
@@ -60,6 +63,8 @@ function hasFeature(backend: Backend, feature: Feature): boolean {
       return typeof backend.purgeExpired === "function";
     case "notifications":
       return typeof backend.waitForChange === "function" && backend.capabilities.notifications;
+    case "batchRenew":
+      return typeof backend.renewMany === "function" && backend.capabilities.batchRenew === true;
   }
 }
 
@@ -158,6 +163,15 @@ function expectKind<K extends ClaimOutcome["kind"]>(
 ): Extract<ClaimOutcome, { kind: K }> {
   assert.equal(outcome.kind, kind, `expected ${kind}, got ${JSON.stringify(outcome)}`);
   return outcome as Extract<ClaimOutcome, { kind: K }>;
+}
+
+/** The backend's `renewMany` (a case that calls it runs only where the backend has it). */
+function renewMany(
+  backend: Backend,
+  requests: ReadonlyArray<{ readonly claim: Claim; readonly leaseMs: number }>,
+): Promise<boolean[]> {
+  assert.ok(backend.renewMany, "the backend has no renewMany");
+  return backend.renewMany(requests);
 }
 
 /** Registers the contract tests for one backend. */
@@ -613,6 +627,108 @@ export function backendContract<B extends Backend>(
       await Promise.race([waiting, sleep(5_000)]);
       assert.equal(woke, true, "the waiter woke well before its timeout");
     });
+
+    test("capabilities.batchRenew is declared only by a backend with renewMany", async (f) => {
+      if (f.backend.capabilities.batchRenew === true) {
+        assert.equal(typeof f.backend.renewMany, "function", "batchRenew is declared without renewMany");
+      }
+    });
+
+    // The renewMany cases hold their claims with a long lease and tell a renewal by its lease moving
+    // later (a renewed lease runs from a later now): no answer depends on how fast the store is.
+    const long = 60_000;
+    const leaseOf = async (f: Fixture<B>, claim: Claim) => (await f.backend.get(claim.key))?.leaseUntil;
+    const wonLong = async (f: Fixture<B>, k: string) =>
+      expectWon(await f.claim(k, newToken(), { leaseMs: long, ttlMs: long }));
+
+    testNeeding(
+      "batchRenew",
+      "renewMany: each key answered as renew would — a moved fence, a released, a completed and an absent key false, the others renewed",
+      async (f) => {
+        const moved = key();
+        const zombie = await f.won(moved);
+        await f.elapse(f.lease + 20);
+        const successor = await wonLong(f, moved);
+        // a key that JSON, SQL and Lua must all carry byte for byte
+        const a = await wonLong(f, `${key()}-"q'\\é✓`);
+        const b = await wonLong(f, key());
+        const released = await wonLong(f, key());
+        assert.equal(await f.backend.release(released), true);
+        const completed = await wonLong(f, key());
+        assert.equal(await f.backend.complete(completed, { ttlMs: long }), true);
+        const absent = { ...a, key: key() };
+        const all = [a, zombie, b, released, completed, absent, successor];
+        const before = await Promise.all(all.map((c) => f.backend.get(c.key)));
+        await f.elapse(20);
+        const answers = await renewMany(
+          f.backend,
+          all.map((claim) => ({ claim, leaseMs: long })),
+        );
+        assert.deepEqual(answers, [true, false, true, false, false, false, true]);
+        const after = await Promise.all(all.map((c) => f.backend.get(c.key)));
+        for (const [i, record] of after.entries()) {
+          const was = before[i];
+          if (answers[i]) {
+            assert.equal(record?.state, "claimed");
+            assert.equal(record?.fence, was?.fence);
+            assert.ok((record?.leaseUntil ?? 0) > (was?.leaseUntil ?? 0), `request ${i}: the lease moved`);
+          } else if (all[i]?.key !== moved) {
+            assert.deepEqual(record, was, `request ${i}: nothing changed`);
+          }
+        }
+        assert.equal((await f.backend.get(moved))?.fence, successor.fence, "the zombie changed nothing");
+        expectKind(await f.claim(a.key), "held");
+        assert.equal(await f.backend.complete(a, { ttlMs: f.ttl }), true);
+        assert.equal(await f.backend.complete(successor, { ttlMs: f.ttl }), true);
+      },
+    );
+
+    testNeeding(
+      "batchRenew",
+      "renewMany: lost keys anywhere in a batch of 24 are false, the rest renewed",
+      async (f) => {
+        const claims = await Promise.all(Array.from({ length: 24 }, () => wonLong(f, key())));
+        const lost = new Set([0, 7, 8, 23]);
+        for (const i of lost) assert.equal(await f.backend.release(claims[i] as Claim), true);
+        const before = await Promise.all(claims.map((c) => leaseOf(f, c)));
+        await f.elapse(20);
+        const answers = await renewMany(
+          f.backend,
+          claims.map((claim) => ({ claim, leaseMs: long })),
+        );
+        assert.deepEqual(
+          answers,
+          claims.map((_, i) => !lost.has(i)),
+        );
+        const after = await Promise.all(claims.map((c) => leaseOf(f, c)));
+        for (const [i, until] of after.entries()) {
+          const was = before[i] as number;
+          if (lost.has(i)) assert.equal(until, was, `key ${i} was lost: its lease is unchanged`);
+          else assert.ok((until as number) > was, `key ${i} renewed: lease ${until} after ${was}`);
+        }
+      },
+    );
+
+    testNeeding(
+      "batchRenew",
+      "renewMany: no requests → no answers; one key twice → both answered",
+      async (f) => {
+        assert.deepEqual(await renewMany(f.backend, []), []);
+        const claim = await wonLong(f, key());
+        const stale = { ...claim, fence: claim.fence + 5 };
+        const before = await leaseOf(f, claim);
+        await f.elapse(20);
+        const answers = await renewMany(f.backend, [
+          { claim, leaseMs: long },
+          { claim: stale, leaseMs: long },
+          { claim, leaseMs: long },
+        ]);
+        assert.deepEqual(answers, [true, false, true]);
+        const record = await f.backend.get(claim.key);
+        assert.ok((record?.leaseUntil ?? 0) > (before ?? 0), "the lease moved");
+        assert.equal(record?.fence, claim.fence, "the stale request changed nothing");
+      },
+    );
 
     // encryption at rest: the `encryptResults` decorator over this backend
     encryptionCases(test, key);

@@ -11,7 +11,7 @@ backendContract(
     time: "manual",
     create: ({ namespace, clock }) => new MemoryBackend({ namespace, clock, map: shared }),
     createWithoutNamespace: ({ clock }) => new MemoryBackend({ clock, map: shared }),
-    supports: { purgeExpired: true, notifications: true },
+    supports: { purgeExpired: true, notifications: true, batchRenew: true },
     corrupt: async (_backend, key) => {
       for (const id of shared.keys())
         if (id.endsWith(`:${key}`)) shared.set(id, { state: "garbage", fence: "x" });
@@ -26,7 +26,7 @@ backendContract(
     name: "memory (own map)",
     time: "manual",
     create: ({ namespace, clock }) => new MemoryBackend({ namespace, clock }),
-    supports: { purgeExpired: true, notifications: true },
+    supports: { purgeExpired: true, notifications: true, batchRenew: true },
   },
 );
 

@@ -40,7 +40,7 @@ backendContract(
     time: "server",
     create: ({ namespace }) => new MysqlBackend({ pool, namespace }),
     createWithoutNamespace: () => new MysqlBackend({ pool }),
-    supports: { purgeExpired: true, notifications: false },
+    supports: { purgeExpired: true, notifications: false, batchRenew: true },
     // 50 racers through a pool of 20: a longer lease keeps the last racers' claims within the
     // winner's lease on a loaded machine
     serverLeaseMs: 1_000,
@@ -70,6 +70,7 @@ describe("mysql backend: beyond the contract", () => {
       notifications: false,
       nativeTtl: false,
       batchClaim: false,
+      batchRenew: true,
       multiProcess: true,
     });
   });

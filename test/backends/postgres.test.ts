@@ -39,7 +39,7 @@ backendContract(
     time: "server",
     create: ({ namespace }) => new PostgresBackend({ pool, schema, namespace }),
     createWithoutNamespace: () => new PostgresBackend({ pool, schema }),
-    supports: { purgeExpired: true, notifications: true },
+    supports: { purgeExpired: true, notifications: true, batchRenew: true },
     corrupt: async (_backend, key) => {
       await pool.query(
         `UPDATE "${schema}".oncely_records SET state = 'garbage', result = '\\x00ff'::bytea WHERE key = $1`,
@@ -107,6 +107,7 @@ describe("postgres backend: beyond the contract", () => {
       notifications: true,
       nativeTtl: false,
       batchClaim: false,
+      batchRenew: true,
       multiProcess: true,
     });
     assert.equal(make({ notifications: false }).capabilities.notifications, false);

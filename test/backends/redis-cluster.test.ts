@@ -108,6 +108,30 @@ for (const label of ["ioredis", "node-redis"] as const) {
       assert.ok(again.every((o) => o.kind === "done" && Array.from(o.result ?? []).join() === "0,1,255"));
     });
 
+    it("renewMany crosses slots: each key renewed on its own node after SCRIPT FLUSH, lost keys false", async () => {
+      const b = backend();
+      const keys = Array.from({ length: 60 }, () => `k-${randomUUID()}`);
+      const claims = (await b.claimMany(keys.map((key) => ({ key, options: claimOptions() })))).map((o) => {
+        assert.equal(o.kind, "won");
+        return (o as Extract<typeof o, { kind: "won" }>).claim;
+      });
+      const lost = new Set([1, 30, 59]);
+      for (const i of lost) assert.equal(await b.release(claims[i] as (typeof claims)[number]), true);
+      await servers.onEachNode("SCRIPT", "FLUSH");
+      const before = await Promise.all(keys.map((k) => b.get(k)));
+      await sleep(5);
+      const answers = await b.renewMany(claims.map((claim) => ({ claim, leaseMs: 5_000 })));
+      assert.deepEqual(
+        answers,
+        claims.map((_, i) => !lost.has(i)),
+      );
+      const after = await Promise.all(keys.map((k) => b.get(k)));
+      for (const [i, record] of after.entries()) {
+        if (lost.has(i)) assert.equal(record?.leaseUntil, before[i]?.leaseUntil);
+        else assert.ok((record?.leaseUntil ?? 0) > (before[i]?.leaseUntil ?? 0), `key ${i} renewed`);
+      }
+    });
+
     it("a release on any node wakes a waiter through the hash-tagged channel", async () => {
       const b = backend();
       for (let i = 0; i < 3; i++) {

@@ -90,6 +90,7 @@ for (const [label, client] of [
         notifications: true,
         nativeTtl: true,
         batchClaim: true,
+        batchRenew: true,
         multiProcess: true,
       });
     });
@@ -115,6 +116,25 @@ for (const [label, client] of [
       const again = await backend.claim(k, claimOptions(400));
       assert.equal(again.kind, "won");
       assert.equal(again.kind === "won" && again.claim.fence, 2);
+    });
+
+    it("renewMany after SCRIPT FLUSH: one pipeline reloads the script per key and answers each key", async () => {
+      const backend = make();
+      const claims: Won["claim"][] = [];
+      for (let i = 0; i < 5; i++) {
+        const outcome = await backend.claim(`k-${randomUUID()}`, claimOptions());
+        assert.equal(outcome.kind, "won");
+        claims.push((outcome as Won).claim);
+      }
+      assert.equal(await backend.release(claims[2] as Won["claim"]), true);
+      await io.script("FLUSH");
+      const requests = claims.map((claim) => ({ claim, leaseMs: 5_000 }));
+      assert.deepEqual(await backend.renewMany(requests), [true, true, false, true, true]);
+      assert.deepEqual(await backend.renewMany([]), []);
+      await assert.rejects(
+        backend.renewMany([{ claim: claims[0] as Won["claim"], leaseMs: -1 }]),
+        ConfigurationError,
+      );
     });
 
     it("SCRIPT FLUSH between calls: every next call reloads the script and succeeds", async () => {

@@ -38,7 +38,7 @@ backendContract(
     time: "manual",
     create: ({ namespace, clock }) => new SqliteBackend({ database: file, namespace, clock }),
     createWithoutNamespace: ({ clock }) => new SqliteBackend({ database: file, clock }),
-    supports: { purgeExpired: true, notifications: false },
+    supports: { purgeExpired: true, notifications: false, batchRenew: true },
     corrupt: corruptIn(file),
   },
 );
@@ -50,7 +50,7 @@ backendContract(
     time: "manual",
     create: ({ namespace, clock }) => new SqliteBackend({ database: app, namespace, clock }),
     createWithoutNamespace: ({ clock }) => new SqliteBackend({ database: app, clock }),
-    supports: { purgeExpired: true, notifications: false },
+    supports: { purgeExpired: true, notifications: false, batchRenew: true },
     corrupt: corruptIn(appFile),
   },
 );

@@ -54,6 +54,7 @@ export class MemoryBackend implements Backend {
     notifications: true,
     nativeTtl: false,
     batchClaim: false,
+    batchRenew: true,
     multiProcess: false,
   };
   readonly #map: Map<string, unknown>;
@@ -159,6 +160,19 @@ export class MemoryBackend implements Backend {
     const plan = planRenew(this.#read(id), claim, this.#clock.now(), leaseMs);
     this.#write(id, plan.write);
     return plan.outcome;
+  }
+
+  /** Each request renewed as `renew` would, in order, in one synchronous step. */
+  async renewMany(
+    requests: ReadonlyArray<{ readonly claim: Claim; readonly leaseMs: number }>,
+  ): Promise<boolean[]> {
+    const now = this.#clock.now();
+    return requests.map(({ claim, leaseMs }) => {
+      const id = this.#prefix + claim.key;
+      const plan = planRenew(this.#read(id), claim, now, leaseMs);
+      this.#write(id, plan.write);
+      return plan.outcome;
+    });
   }
 
   async get(key: string): Promise<StoredRecord | undefined> {

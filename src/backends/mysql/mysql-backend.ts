@@ -9,6 +9,7 @@ import { driverCode, sqlStorageError } from "../sql/errors.js";
 import { sqlIdentifier } from "../sql/identifier.js";
 import type { SqlServerOptions } from "../sql/options.js";
 import { purgeBatchSize, purgeInBatches } from "../sql/purge.js";
+import { batchParam, type RenewPair, renewByCount } from "../sql/renew-many.js";
 import { SCHEMA_TABLE, SchemaGate, schemaProblem, versionOf } from "../sql/schema.js";
 import { type RunStatement, SqlBackend } from "../sql/sql-backend.js";
 import {
@@ -42,12 +43,16 @@ export interface MysqlBackendOptions extends SqlServerOptions {
 
 const BACKEND = "mysql";
 
-/** What every MySQL/MariaDB backend declares: the database clock, polled waits, purged expiry. */
+/**
+ * What every MySQL/MariaDB backend declares: the database clock, polled waits, purged expiry, batch
+ * renewals.
+ */
 export const MYSQL_CAPABILITIES: BackendCapabilities = Object.freeze({
   serverClock: true,
   notifications: false,
   nativeTtl: false,
   batchClaim: false,
+  batchRenew: true,
   multiProcess: true,
 });
 /** The driver codes of a missing records table and of a missing claim procedure (`migrate()` fixes both). */
@@ -72,11 +77,12 @@ function answerRow(answer: unknown): Record<string, unknown> | undefined {
  * for byte (VARBINARY).
  *
  * Every transition is one round trip. `complete`, `release` and `renew` are one UPDATE each, decided
- * on the row it locks (the shared statements). MySQL has no `RETURNING` for an upsert, so `claim` is
- * one `CALL` of the table's claim procedure (`claimProcedure` in `mysql-statements.ts`), which runs
- * `planClaim`'s checks on the server and answers with one row: a duplicate or a live holder costs
- * one unlocked read and writes nothing, a new key that read and its INSERT; anything else (lapsed,
- * expired, corrupt, a retried call) a compare-and-set UPDATE.
+ * on the row it locks (the shared statements); `renewMany` is one UPDATE for the whole batch. MySQL
+ * has no `RETURNING` for an upsert, so `claim` is one `CALL` of the table's claim procedure
+ * (`claimProcedure` in `mysql-statements.ts`), which runs `planClaim`'s checks on the server and
+ * answers with one row: a duplicate or a live holder costs one unlocked read and writes nothing, a
+ * new key that read and its INSERT; anything else (lapsed, expired, corrupt, a retried call) a
+ * compare-and-set UPDATE.
  *
  * The pool's connections must allow a procedure to return a result set (`CLIENT_MULTI_RESULTS`,
  * on in mysql2 by default); `multipleStatements` is not needed. Waits poll (no notifications). The
@@ -267,6 +273,20 @@ export class MysqlBackend extends SqlBackend {
   /** The database's clock decides: no clock parameter. */
   protected override clock(): Readonly<Record<never, number>> {
     return {};
+  }
+
+  /**
+   * One UPDATE joined to the batch. MySQL's UPDATE returns no rows, only how many matched: when all
+   * did (every key renewed, the common case) that one round trip answers; else `renewByCount` finds
+   * the ones that did not.
+   */
+  protected override renewPairs(namespace: string, pairs: readonly RenewPair[]): Promise<boolean[]> {
+    return renewByCount(pairs, (some) =>
+      this.changes("renewMany", undefined, () => this.#statements.renewBatch, {
+        namespace,
+        batch: batchParam(some),
+      }),
+    );
   }
 
   /** Deletes expired records of the whole table (every namespace), `purgeBatchSize` rows per statement. */

@@ -10,9 +10,9 @@
  */
 import { createHash } from "node:crypto";
 import { columnList, RECORD_COLUMNS } from "../sql/columns.js";
-import type { SqlDialect } from "../sql/dialect.js";
+import type { Compiled, SqlDialect } from "../sql/dialect.js";
 import { SCHEMA_TABLE } from "../sql/schema.js";
-import { type SharedStatements, sharedStatements } from "../sql/statements.js";
+import { renewBatchStatement, type SharedStatements, sharedStatements } from "../sql/statements.js";
 
 const NOW_MS = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
 
@@ -30,6 +30,14 @@ export const mysqlDialect: SqlDialect = {
   quote: (identifier) => `\`${identifier}\``,
   placeholders: "positional",
   nowMs: NOW_MS,
+  // the batch's rows from its JSON (MySQL 8, MariaDB 10.6+), joined first (STRAIGHT_JOIN): each finds
+  // its row by the primary key, where the optimizer would otherwise scan the namespace per row
+  updateFromBatch: (table, set, on) =>
+    `UPDATE JSON_TABLE(:batch, '$[*]' COLUMNS (
+         \`key\` VARBINARY(1024) PATH '$[0]', fence BIGINT PATH '$[1]',
+         lease BIGINT PATH '$[2]', ttl BIGINT PATH '$[3]')) AS b
+     STRAIGHT_JOIN ${table} AS r ON ${on}
+     SET ${set}`,
 };
 
 export interface MysqlStatements extends SharedStatements {
@@ -40,6 +48,8 @@ export interface MysqlStatements extends SharedStatements {
   readonly claim: string;
   /** Deletes at most `limit` expired rows. */
   purge(limit: number): string;
+  /** `renewBatchStatement`: answers how many rows matched. */
+  readonly renewBatch: Compiled<"namespace" | "batch">;
 }
 
 /**
@@ -54,6 +64,7 @@ export function claimProcedureNames(tableName: string): readonly [string, string
 export function mysqlStatements(table: string, procedure: string): MysqlStatements {
   return {
     ...sharedStatements<never>(mysqlDialect, table),
+    renewBatch: renewBatchStatement(mysqlDialect, table),
     claim: `CALL ${procedure}(?, ?, ?, ?, ?, ?)`,
     // re-checks expiry on the row it deletes (a row reclaimed meanwhile survives); LIMIT is inlined,
     // a validated integer, because prepared LIMIT placeholders differ between MySQL and MariaDB

@@ -9,6 +9,7 @@ import { driverCode, sqlStorageError } from "../sql/errors.js";
 import { sqlIdentifier } from "../sql/identifier.js";
 import type { SqlServerOptions } from "../sql/options.js";
 import { purgeBatchSize, purgeInBatches } from "../sql/purge.js";
+import { batchParam, pairsInRows, type RenewPair } from "../sql/renew-many.js";
 import { SCHEMA_TABLE, SchemaGate, schemaProblem, versionOf } from "../sql/schema.js";
 import { type RunStatement, SqlBackend } from "../sql/sql-backend.js";
 import {
@@ -47,13 +48,14 @@ const BACKEND = "postgres";
 
 /**
  * What a PostgreSQL backend declares with its default options: the database clock, LISTEN/NOTIFY
- * waits (`notifications: false` turns them off), purged expiry.
+ * waits (`notifications: false` turns them off), purged expiry, batch renewals.
  */
 export const POSTGRES_CAPABILITIES: BackendCapabilities = Object.freeze({
   serverClock: true,
   notifications: true,
   nativeTtl: false,
   batchClaim: false,
+  batchRenew: true,
   multiProcess: true,
 });
 /** How many times a claim runs again after its function found the row settled under the lock. */
@@ -290,6 +292,15 @@ export class PostgresBackend extends SqlBackend {
   /** The database's clock decides: no clock parameter. */
   protected override clock(): Readonly<Record<never, number>> {
     return {};
+  }
+
+  /** One UPDATE joined to the batch, answering the renewed rows. */
+  protected override async renewPairs(namespace: string, pairs: readonly RenewPair[]): Promise<boolean[]> {
+    const rows = await this.rows("renewMany", undefined, () => this.#statements.renewBatch, {
+      namespace,
+      batch: batchParam(pairs),
+    });
+    return pairsInRows(pairs, rows);
   }
 
   /** Deletes expired records of the whole table (every namespace), `purgeBatchSize` rows per statement. */

@@ -7,7 +7,7 @@ import { createHash } from "node:crypto";
 import { columnList, RECORD_COLUMNS } from "../sql/columns.js";
 import { type Compiled, compile, type SqlDialect } from "../sql/dialect.js";
 import { SCHEMA_TABLE } from "../sql/schema.js";
-import { type SharedStatements, sharedStatements } from "../sql/statements.js";
+import { renewBatchStatement, type SharedStatements, sharedStatements } from "../sql/statements.js";
 
 /**
  * The database clock in epoch milliseconds. `statement_timestamp()` is one instant for the whole
@@ -77,6 +77,15 @@ export const postgresDialect: SqlDialect = {
     `watched_until = CASE WHEN watched_until >= ${NOW_MS} AND ${changed}
        THEN (SELECT watched_until FROM pg_notify(${CHANNEL_OF_OID("tableoid")}, ${TOPIC_OF("namespace", "key")}))
        ELSE watched_until END`,
+  // the batch's rows read from its JSON (an index lookup per row on the primary key), the changed
+  // rows' key and fence returned
+  updateFromBatch: (table, set, on) =>
+    `UPDATE ${table} AS r SET ${set}
+     FROM (SELECT (e->>0) COLLATE "C" AS key, (e->>1)::bigint AS fence, (e->>2)::bigint AS lease,
+                  (e->>3)::bigint AS ttl
+           FROM jsonb_array_elements(:batch::jsonb) AS e) AS b
+     WHERE ${on}
+     RETURNING r.key, r.fence`,
 };
 
 export type ClaimParams = "namespace" | "key" | "token" | "lease" | "ttl" | "fingerprint";
@@ -93,6 +102,8 @@ export interface PostgresStatements extends SharedStatements {
    */
   readonly watch: Compiled<"namespace" | "key" | "ms">;
   readonly purge: Compiled<"limit">;
+  /** `renewBatchStatement`: the renewed rows' `key` and `fence`. */
+  readonly renewBatch: Compiled<"namespace" | "batch">;
 }
 
 /** The prepared-statement name of a statement text: parsed once per connection. */
@@ -104,6 +115,7 @@ export function postgresStatements(table: string, claimFunction: string): Postgr
   const shared = sharedStatements<never>(postgresDialect, table);
   return {
     ...shared,
+    renewBatch: renewBatchStatement(postgresDialect, table),
     // mirrors planClaim. The row is judged in the statement's snapshot, in planClaim's order: done or
     // held is reported from that read alone (no lock, no write, and the function is not called: a
     // duplicate costs one index read). The function runs only when the read found no row, or one

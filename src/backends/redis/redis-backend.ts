@@ -75,13 +75,14 @@ type Won = Extract<ClaimOutcome, { kind: "won" }>;
 
 /**
  * What a Redis backend declares with its default options: the server clock, Pub/Sub waits
- * (`notifications: false` turns them off), native expiry, batch claims.
+ * (`notifications: false` turns them off), native expiry, batch claims and renewals.
  */
 export const REDIS_CAPABILITIES: BackendCapabilities = Object.freeze({
   serverClock: true,
   notifications: true,
   nativeTtl: true,
   batchClaim: true,
+  batchRenew: true,
   multiProcess: true,
 });
 
@@ -478,6 +479,37 @@ export class RedisBackend implements Backend {
       [this.#key(claim.key)],
       [String(claim.fence), this.#leaseArg, this.#ttlArg, this.#claimPx],
     );
+  }
+
+  /**
+   * Renews many claims in one pipeline: the renew script once per key, all sent in this tick (each
+   * key its own command, so a Cluster routes each to its node), each answered as `renew` would.
+   * Answers come in request order. A key whose command fails rejects the whole batch with
+   * `StorageError`; renewals that went through meanwhile only extended their own leases.
+   */
+  async renewMany(
+    requests: ReadonlyArray<{ readonly claim: Claim; readonly leaseMs: number }>,
+  ): Promise<boolean[]> {
+    if (requests.length === 0) return [];
+    const items = requests.map(({ claim, leaseMs }) => {
+      this.#durations(leaseMs, claim.ttlMs);
+      return {
+        key: this.#key(claim.key),
+        args: [String(claim.fence), this.#leaseArg, this.#ttlArg, this.#claimPx],
+      };
+    });
+    let replies: unknown[];
+    try {
+      replies = await this.#driver.runMany(RENEW, items, false);
+    } catch (cause) {
+      throw storageError(this.name, "renewMany", undefined, cause);
+    }
+    return replies.map((reply, i) => {
+      if (reply instanceof Error) {
+        throw storageError(this.name, "renewMany", requests[i]?.claim.key, reply);
+      }
+      return num(reply) === 1;
+    });
   }
 
   async get(key: string): Promise<StoredRecord | undefined> {

@@ -29,6 +29,16 @@ export interface SqlDialect {
    * that marked the row from it (and writes the mark back unchanged).
    */
   wakeWatchers?(changed: string): string;
+  /**
+   * An UPDATE of `table` (as `r`) joined to a batch of rows, for the statements that change many keys
+   * in one round trip. The rows come in the one parameter `:batch`, JSON text
+   * `[[key, fence, lease, ttl], …]`, read as `b` with those columns; the join must start from the
+   * batch and find each row by the primary key (never a scan of the table). `set` is the SET list
+   * (unqualified `r` columns and `b.` values), `on` the match condition. PostgreSQL answers the
+   * changed rows' `key` and `fence` (`RETURNING`); MySQL how many rows matched. Absent: the
+   * dialect has no such statement (SQLite runs a batch as one transaction of single statements).
+   */
+  updateFromBatch?(table: string, set: string, on: string): string;
 }
 
 /** A statement compiled for one dialect: its text and the parameter names in binding order. */

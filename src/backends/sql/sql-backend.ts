@@ -1,8 +1,10 @@
 /**
  * The transitions every SQL backend runs alike: `complete`, `release`, `renew`, `get`, `delete` and
- * `countExpired` are the shared statements (`statements.ts`) bound the same way everywhere; a
- * dialect's backend extends this class with its `claim`, its schema, its purge and how it runs a
- * statement (`rows`, `changes`), and stays free of copies of the rest.
+ * `countExpired` are the shared statements (`statements.ts`) bound the same way everywhere, and
+ * `renewMany` answers each request from its distinct (key, fence) pair (`renew-many.ts`); a
+ * dialect's backend extends this class with its `claim`, its schema, its purge, how it runs a
+ * statement (`rows`, `changes`) and how it renews a batch of pairs, and stays free of copies of the
+ * rest.
  */
 import { visible } from "../../core/transitions.js";
 import type {
@@ -17,6 +19,7 @@ import type {
 import { type RecordRow, resultParam, rowToObserved, toInteger, wholeMs } from "./columns.js";
 import type { Compiled } from "./dialect.js";
 import { sqlStorageError } from "./errors.js";
+import { type RenewPair, renewPairs } from "./renew-many.js";
 import type { SharedStatements } from "./statements.js";
 
 /** Picks one of the shared statements; the dialect's backend compiles and may prepare them lazily. */
@@ -103,6 +106,26 @@ export abstract class SqlBackend<Now extends string = never> implements Backend 
     };
     return (await this.changes("renew", claim.key, (s) => s.renew, values)) > 0;
   }
+
+  /**
+   * renewMany (`planRenew` per request): each request answered as `renew` would answer it, in
+   * request order, from one batch of its distinct (key, fence) pairs (`renewPairs`).
+   */
+  async renewMany(
+    requests: ReadonlyArray<{ readonly claim: Claim; readonly leaseMs: number }>,
+  ): Promise<boolean[]> {
+    if (requests.length === 0) return [];
+    const { pairs, of } = renewPairs(this.name, requests);
+    const renewed = await this.renewPairs(this.#namespace, pairs);
+    return of.map((index) => renewed[index] === true);
+  }
+
+  /**
+   * Renews distinct (key, fence) pairs under `namespace` in as few round trips as the store allows:
+   * true for each pair whose claimed row matched its fence, in order.
+   * @throws StorageError naming `renewMany`, the driver's error as `cause`.
+   */
+  protected abstract renewPairs(namespace: string, pairs: readonly RenewPair[]): Promise<readonly boolean[]>;
 
   /** The live record under `key`, judged by the deciding clock; expired and corrupt rows are absent. */
   async get(key: string): Promise<StoredRecord | undefined> {

@@ -47,16 +47,41 @@ export function sharedStatements<Now extends string = never>(
   };
 }
 
+/** `expires_at = <expr>`, and the dialect's floor lowered to it only when it would pass it. */
+function expiresSet(dialect: SqlDialect, expr: string): string {
+  const floor = dialect.expiryFloor;
+  return floor === undefined
+    ? `expires_at = ${expr}`
+    : `expires_at = ${expr}, ${floor} = LEAST(${floor}, ${expr})`;
+}
+
+/**
+ * The renew of many keys in one statement (`planRenew` per row of the batch), for a dialect with
+ * `updateFromBatch`: each row of `:batch` (`batchParam` in `renew-many.ts`) renews only a claimed
+ * record of its key with its fence (no lease check), lease = now + its lease, retained its ttl beyond
+ * that — `renew`'s SET list and condition, with the batch's values.
+ */
+export function renewBatchStatement(dialect: SqlDialect, table: string): Compiled<"namespace" | "batch"> {
+  if (dialect.updateFromBatch === undefined) {
+    throw new Error(`the ${dialect.backend} dialect has no batch update`);
+  }
+  const key = dialect.quote("key");
+  const now = dialect.nowMs;
+  return compile(
+    dialect,
+    dialect.updateFromBatch(
+      table,
+      `lease_until = ${now} + b.lease, ${expiresSet(dialect, `${now} + b.lease + b.ttl`)}`,
+      `r.namespace = :namespace AND r.${key} = b.${key} AND r.fence = b.fence AND r.state = 'claimed'`,
+    ),
+  );
+}
+
 export function sharedSources(dialect: SqlDialect, table: string): SharedSources {
   const key = dialect.quote("key");
   const now = dialect.nowMs;
   const row = `namespace = :namespace AND ${key} = :key`;
-  const floor = dialect.expiryFloor;
-  // `expires_at = <expr>`, and the dialect's floor lowered to it only when it would pass it
-  const expires = (expr: string) =>
-    floor === undefined
-      ? `expires_at = ${expr}`
-      : `expires_at = ${expr}, ${floor} = LEAST(${floor}, ${expr})`;
+  const expires = (expr: string) => expiresSet(dialect, expr);
   // the dialect's wake-up of a waiter, when the update changes the row's state or fence
   const wake = (changed: string) =>
     dialect.wakeWatchers === undefined ? "" : `${dialect.wakeWatchers(changed)},`;

@@ -9,6 +9,7 @@ import { sqlStorageError } from "../sql/errors.js";
 import { sqlIdentifier } from "../sql/identifier.js";
 import type { SqlTableOptions } from "../sql/options.js";
 import { purgeBatchSize, purgeInBatches } from "../sql/purge.js";
+import type { RenewPair } from "../sql/renew-many.js";
 import { SCHEMA_TABLE, SCHEMA_VERSION, schemaProblem, versionOf } from "../sql/schema.js";
 import { type RunStatement, SqlBackend } from "../sql/sql-backend.js";
 import { type SharedStatements, sharedStatements } from "../sql/statements.js";
@@ -38,12 +39,13 @@ const BACKEND = "sqlite";
 /** Tells SQLite's "no such table" failure apart (the error then names `migrate()`). */
 const missingTable = (cause: unknown) => /no such table/.test(String(cause));
 
-/** What every SQLite backend declares: the injected clock, polled waits, purged expiry. */
+/** What every SQLite backend declares: the injected clock, polled waits, purged expiry, batch renewals. */
 export const SQLITE_CAPABILITIES: BackendCapabilities = Object.freeze({
   serverClock: false,
   notifications: false,
   nativeTtl: false,
   batchClaim: false,
+  batchRenew: true,
   multiProcess: true,
 });
 
@@ -302,6 +304,30 @@ export class SqliteBackend extends SqlBackend<"now"> {
       return step.immediate();
     } catch (cause) {
       throw sqlStorageError(BACKEND, "claim", key, cause);
+    }
+  }
+
+  /**
+   * The shared renew statement once per pair, all in one immediate transaction on one reading of
+   * the clock: one write lock and one commit for the batch instead of one each.
+   */
+  protected override async renewPairs(namespace: string, pairs: readonly RenewPair[]): Promise<boolean[]> {
+    const p = await this.#ready();
+    const db = this.#db as SqliteDatabaseLike;
+    const renew = p.statements.renew;
+    try {
+      const prepared = this.#statement(p, renew);
+      return db
+        .transaction(() => {
+          const now = this.#clock.now();
+          return pairs.map(
+            ({ key, fence, lease, ttl }) =>
+              prepared.run(...bind(renew, { now, namespace, key, fence, lease, ttl })).changes > 0,
+          );
+        })
+        .immediate();
+    } catch (cause) {
+      throw sqlStorageError(BACKEND, "renewMany", undefined, cause, missingTable);
     }
   }
 

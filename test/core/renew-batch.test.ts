@@ -1,0 +1,164 @@
+/**
+ * Heartbeats due in the same tick renew through one `renewMany` when the backend declares
+ * `capabilities.batchRenew`, and each key keeps its own outcome: a false aborts that key's work
+ * alone, a rejected batch is a failed renewal of each of its keys (retried as one), and a backend
+ * that does not declare the capability is renewed key by key as before.
+ */
+import { describe, expect, it } from "vitest";
+import { MemoryBackend } from "../../src/backends/memory/index.js";
+import { ManualClock } from "../../src/core/clock.js";
+import { StorageError } from "../../src/core/errors.js";
+import { EventType, type OncelyEvent, silentLogger } from "../../src/core/events.js";
+import type { BackendCapabilities, Claim } from "../../src/core/types.js";
+import { lock } from "../../src/core/verbs.js";
+
+/** A memory store that counts its store calls, declaring `batchRenew` as told. */
+class Counting extends MemoryBackend {
+  renews = 0;
+  readonly batches: number[] = [];
+  /** Batches still to be rejected (a store that cannot answer). */
+  failing = 0;
+  override readonly capabilities: BackendCapabilities;
+
+  constructor(clock: ManualClock, batchRenew: boolean) {
+    super({ clock });
+    this.capabilities = { ...new MemoryBackend().capabilities, batchRenew };
+  }
+
+  override renew(claim: Claim, leaseMs: number): Promise<boolean> {
+    this.renews++;
+    return super.renew(claim, leaseMs);
+  }
+
+  override renewMany(
+    requests: ReadonlyArray<{ readonly claim: Claim; readonly leaseMs: number }>,
+  ): Promise<boolean[]> {
+    this.batches.push(requests.length);
+    if (this.failing > 0) {
+      this.failing--;
+      return Promise.reject(
+        new StorageError("store unreachable", { backend: this.name, operation: "renewMany" }),
+      );
+    }
+    return super.renewMany(requests);
+  }
+}
+
+function deferred() {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}
+
+const LEASE = 900; // a heartbeat every 300 ms
+
+/** `n` locks started in one tick, each holding its claim until `gate` opens. */
+function hold(backend: Counting, clock: ManualClock, n: number, prefix: string) {
+  const gate = deferred();
+  const events: OncelyEvent[] = [];
+  const claims: Claim[] = [];
+  const signals: AbortSignal[] = [];
+  const runs = Array.from({ length: n }, (_, i) =>
+    lock(
+      `${prefix}-${i}`,
+      async ({ signal, fence }) => {
+        signals[i] = signal;
+        claims[i] = {
+          key: `${prefix}-${i}`,
+          fence,
+          token: "",
+          leaseUntil: 0,
+          ttlMs: 60_000,
+          reclaimed: false,
+        };
+        await gate.promise;
+        return signal.aborted;
+      },
+      { backend, clock, leaseMs: LEASE, logger: silentLogger, onEvent: (e) => events.push(e) },
+    ),
+  );
+  return { gate, events, claims, signals, runs };
+}
+
+describe("heartbeats renew in batches", () => {
+  it("N heartbeats due in one tick are one renewMany; the claims outlive their first lease", async () => {
+    const clock = new ManualClock();
+    const backend = new Counting(clock, true);
+    const { gate, runs } = hold(backend, clock, 25, "tick");
+    for (let beat = 1; beat <= 4; beat++) await clock.advance(300);
+    expect(backend.batches).toEqual([25, 25, 25, 25]);
+    expect(backend.renews).toBe(0);
+    // 1200 ms in, past the first lease of 900: every key is still held by its worker
+    const competitor = await backend.claim("tick-7", { leaseMs: LEASE, ttlMs: 60_000, token: "other" });
+    expect(competitor.kind).toBe("held");
+    gate.resolve();
+    const outcomes = await Promise.all(runs);
+    expect(outcomes.every((o) => o.kind === "ran" && o.committed && o.value === false)).toBe(true);
+  });
+
+  it("a false for one key aborts that key's work alone, with LeaseLostError", async () => {
+    const clock = new ManualClock();
+    const backend = new Counting(clock, true);
+    const { gate, events, claims, signals, runs } = hold(backend, clock, 10, "lost");
+    await clock.advance(1);
+    // an operator (or a bug) moves key 3's fence under its running work
+    expect(await backend.release(claims[3] as Claim)).toBe(true);
+    await clock.advance(300);
+    expect(backend.batches).toEqual([10]);
+    expect(signals.map((s) => s?.aborted)).toEqual(signals.map((_, i) => i === 3));
+    expect(signals[3]?.reason).toMatchObject({ name: "LeaseLostError", key: "lost-3" });
+    expect(events.filter((e) => e.type === EventType.LeaseLost)).toHaveLength(1);
+    await clock.advance(300);
+    expect(backend.batches).toEqual([10, 9]);
+    gate.resolve();
+    const outcomes = await Promise.all(runs);
+    expect(outcomes[3]).toMatchObject({ kind: "ran", committed: false, reason: "fenced_out", value: true });
+    expect(outcomes.filter((o) => o.kind === "ran" && o.committed)).toHaveLength(9);
+  });
+
+  it("a rejected batch is a failed renewal of each of its keys, retried; nothing is lost", async () => {
+    const clock = new ManualClock();
+    const backend = new Counting(clock, true);
+    backend.failing = 1;
+    const { gate, events, signals, runs } = hold(backend, clock, 6, "retry");
+    await clock.advance(300);
+    expect(backend.batches).toEqual([6]);
+    const failures = events.filter((e) => e.type === EventType.StorageError && e.detail === "renew");
+    expect(failures).toHaveLength(6);
+    // each key retries a sixth of the lease later (the manual clock fires the retries' timers one by
+    // one, so each goes out on its own; Node's timers of one due time fire in one tick and batch)
+    await clock.advance(150);
+    const retried = backend.renews + backend.batches.slice(1).reduce((a, b) => a + b, 0);
+    expect(retried).toBe(6);
+    await clock.advance(600);
+    expect(signals.some((s) => s?.aborted)).toBe(false);
+    expect(events.some((e) => e.type === EventType.LeaseLost)).toBe(false);
+    gate.resolve();
+    expect((await Promise.all(runs)).every((o) => o.kind === "ran" && o.committed)).toBe(true);
+  });
+
+  it("one renewal in a tick goes out as a plain renew", async () => {
+    const clock = new ManualClock();
+    const backend = new Counting(clock, true);
+    const { gate, runs } = hold(backend, clock, 1, "single");
+    await clock.advance(300);
+    await clock.advance(300);
+    expect(backend.batches).toEqual([]);
+    expect(backend.renews).toBe(2);
+    gate.resolve();
+    await Promise.all(runs);
+  });
+
+  it("batchRenew: false — a renewMany the backend has but does not declare is never called", async () => {
+    const clock = new ManualClock();
+    const backend = new Counting(clock, false);
+    const { gate, runs } = hold(backend, clock, 5, "undeclared");
+    await clock.advance(300);
+    expect(backend.batches).toEqual([]);
+    expect(backend.renews).toBe(5);
+    gate.resolve();
+    expect((await Promise.all(runs)).every((o) => o.kind === "ran" && o.committed)).toBe(true);
+  });
+});
