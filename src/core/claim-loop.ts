@@ -132,6 +132,7 @@ async function waitFor(
   const deadline = start + wait;
   let delay = 10;
   let waited = false;
+  let holder = -1;
   let claiming = first;
   for (;;) {
     const acquired = await claiming;
@@ -139,14 +140,65 @@ async function waitFor(
     if (acquired.kind !== "answered") return acquired;
     const { outcome } = acquired;
     if (outcome.kind !== "held" || stop(outcome)) return acquired;
+    // The back-off restarts for each new holder: a turn may be short, and a change that lands
+    // before the wait's subscription is in place is caught by the next re-read alone.
+    if (outcome.fence !== holder) {
+      holder = outcome.fence;
+      delay = 10;
+    }
     const remaining = deadline - r.clock.now();
     if (remaining <= 0) return acquired;
     const step = Math.min(remaining, delay, Math.max(1, outcome.remainingMs));
     waited = true;
     await waitForChange(r, key, step);
     delay = Math.min(delay * 2, 500);
-    claiming = acquire(r, key);
+    claiming = reacquire(r, key);
   }
+}
+
+/** Waiters of one key woken together, gathered for one shared re-claim (per backend, per key). */
+interface Round {
+  readonly followers: Array<(shared: Acquired | undefined) => void>;
+}
+
+const rounds = new WeakMap<Backend, Map<string, Round>>();
+
+/**
+ * A waiter's claim after a wake-up. Waiters of one key in this process wake together (one
+ * notification wakes them all), and without sharing each re-claims at once: a herd of claims of one
+ * key, nearly all answered `held` or `done` (issue 28: 1,000 waiters). Here the waiters woken in one
+ * turn of the event loop send one claim; its `done` or `held` answer is every follower's, as the
+ * follower's own claim sent at that moment would have been (neither depends on the caller's token,
+ * lease or fingerprint: the fingerprint is compared by the caller). Only a win, or a failure, is the
+ * leader's alone: the followers then claim for themselves. A synchronous store has no round trip to
+ * save and claims directly.
+ */
+function reacquire(r: Resolved, key: string): Acquired | Promise<Acquired> {
+  const backend = r.backend;
+  if (isSync(backend)) return acquire(r, key);
+  let byKey = rounds.get(backend);
+  if (byKey === undefined) {
+    byKey = new Map();
+    rounds.set(backend, byKey);
+  }
+  const open = byKey.get(key);
+  if (open !== undefined) {
+    return new Promise<Acquired | undefined>((resolve) => open.followers.push(resolve)).then(
+      (shared) => shared ?? acquire(r, key),
+    );
+  }
+  const round: Round = { followers: [] };
+  const keys = byKey;
+  keys.set(key, round);
+  // the round closes once this turn's wake-ups are in: a waiter woken later must not take an answer
+  // to a claim sent before its wake-up
+  return new Promise<void>((resolve) => setImmediate(resolve)).then(async () => {
+    if (keys.get(key) === round) keys.delete(key);
+    const acquired = await acquire(r, key);
+    const shared = acquired.kind === "answered" && acquired.outcome.kind !== "won" ? acquired : undefined;
+    for (const follow of round.followers) follow(shared);
+    return acquired;
+  });
 }
 
 /**

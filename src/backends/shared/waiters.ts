@@ -20,6 +20,8 @@ export class Waiters {
   readonly #clock: Clock;
   readonly #onIdle: ((topic: string) => void) | undefined;
   readonly #topics = new Map<string, Set<() => void>>();
+  /** This turn's armings by topic (cleared at the next turn). */
+  readonly #arming = new Map<string, { readonly timeoutMs: number; readonly wakes: Array<() => void> }>();
   #closed = false;
 
   constructor(options: WaitersOptions = {}) {
@@ -31,7 +33,9 @@ export class Waiters {
    * Waits on `topic` for at most `timeoutMs`. Resolves at once when the registry is closed or `signal`
    * is already aborted. `armed`, when given, is called once the waiter is registered, with a function
    * that wakes this waiter alone (a no-op once it has resolved): for a caller that learns of a change
-   * its subscription may have missed.
+   * its subscription may have missed. The `armed` of waiters that join a topic in one turn of the
+   * event loop are interchangeable but for their wait: a waiter whose wait is no longer than that of
+   * an arming already made this turn joins it (its `armed` is not called; the arming's wake wakes it).
    */
   wait(
     topic: string,
@@ -66,7 +70,29 @@ export class Waiters {
       const timer = this.#clock.setTimeout(done, Math.max(0, timeoutMs));
       signal?.addEventListener("abort", done, { once: true });
       set.add(done);
-      armed?.(done);
+      if (armed !== undefined) this.#arm(topic, timeoutMs, armed, done);
+    });
+  }
+
+  /**
+   * Calls `armed` for a new waiter, or lets it join an arming of its topic made earlier in the same
+   * turn of the event loop for at least as long a wait. Waiters of one key wake together and come
+   * back together, and each arming is a store call (PostgreSQL marks the row with an UPDATE, so a
+   * thousand waiters queued a thousand updates of one row): one serves them all. Sound because a
+   * joiner's own read was answered before this turn, so before the arming's read is sent; the joint
+   * arming's wake wakes every joiner.
+   */
+  #arm(topic: string, timeoutMs: number, armed: (wake: () => void) => void, wake: () => void): void {
+    const open = this.#arming.get(topic);
+    if (open !== undefined && timeoutMs <= open.timeoutMs) {
+      open.wakes.push(wake);
+      return;
+    }
+    const arming = { timeoutMs, wakes: [wake] };
+    this.#arming.set(topic, arming);
+    if (this.#arming.size === 1) setImmediate(() => this.#arming.clear());
+    armed(() => {
+      for (const joined of arming.wakes) joined();
     });
   }
 
