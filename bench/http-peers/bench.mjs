@@ -13,7 +13,7 @@
 // stuck?), a handler that throws (the framework's error handler answers), a 500 (stored and replayed, or
 // run again?), and clients that disconnect before the reply (does the retry run the handler again?).
 //
-// --store postgres: the same on PostgreSQL (POSTGRES_URL, default postgres://postgres@127.0.0.1:5432/test;
+// --store postgres: the same on PostgreSQL (ONCELY_POSTGRES_URL, default postgres://postgres@127.0.0.1:5432/test;
 // every run in a schema of its own, dropped at the end). Neither peer has a PostgreSQL storage on npm
 // (express-idempotency has Redis and MongoDB adapters, @node-idempotency memory and Redis), so the
 // contenders there are oncely (PostgresBackend on pg) and a PostgreSQL floor (raw statements, one
@@ -157,7 +157,7 @@ async function redisCounters() {
 const IGNORED = new Set(["info", "ping", "client", "hello", "select", "config", "cluster", "command"]);
 
 // --- PostgreSQL: a schema of this run's (oncely's table migrated, the floor's created), dropped at the end
-const postgresUrl = process.env.POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+const postgresUrl = process.env.ONCELY_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const pgSchema = `oncely_http_peers_${randomBytes(4).toString("hex")}`;
 /** oncely's table in that schema: the baseline build gets a table (and claim function) of its own. */
 const pgTable = (variant) => (variant === "oncely-baseline" ? "oncely_baseline" : "oncely_records");

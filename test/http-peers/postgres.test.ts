@@ -71,7 +71,7 @@ it("bench:http-peers --short --store postgres: both tables; oncely passes every 
       "--json",
       out,
     ],
-    { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, POSTGRES_URL: url } },
+    { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ONCELY_POSTGRES_URL: url } },
   );
   children.push(child);
   let stdout = "";
