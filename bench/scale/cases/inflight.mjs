@@ -1,0 +1,248 @@
+// Item 2 of issue 28: claims in flight. One process holds N claims at once (10^3 and 10^4; short: 500),
+// lease 3 s, each claim's work sleeping on a gate while its heartbeat renews every second, on Redis,
+// PostgreSQL, MySQL/MariaDB and SQLite, twice: with the backend as it is (renewals due in one tick
+// go out as one `renewMany`) and with `renewMany` hidden (one `renew` per key: the before figure).
+//
+// Over the hold (10 s; short 1.5 s, measured once every claim is held) it reports this Node process's
+// CPU (process.cpuUsage, % of one core), the store's CPU (µs per second: the private redis-server, every
+// `postgres` process, `mariadbd`; SQLite runs in this process), renew round trips per second (the
+// backend's renew and renewMany calls, counted by a wrapper: each is one round trip), renewals per
+// second, and on Redis the server's own count of commands. A claim is lost when its work's signal
+// aborted or its complete was fenced out: it must be 0.
+import { drive } from "../../support.mjs";
+import { openStore } from "../stores.mjs";
+
+export const id = "inflight";
+export const title = "Claims in flight";
+
+const LEASE_MS = 3_000;
+const POOL = 16;
+/** Connections a store's renewals can use at once: the pool (SQL servers), one client (Redis), one file. */
+const CONNECTIONS = { redis: 1, postgres: POOL, mysql: POOL, sqlite: 1 };
+const MODES = ["per key", "batched"];
+
+export async function run(ctx) {
+  const { lock, silentLogger } = await import(`${ctx.dist}/index.js`);
+  const sizes = ctx.short ? [500] : [1_000, 10_000];
+  const holdMs = ctx.short ? 1_500 : 10_000;
+  const largest = sizes[sizes.length - 1];
+
+  const cpuSeries = [];
+  const tripSeries = [];
+  const rows = [];
+  const targets = [];
+
+  for (const name of ctx.stores) {
+    const byMode = {};
+    const store = await openStore(name, ctx, { poolSize: POOL });
+    try {
+      for (const mode of MODES) {
+        const cpuPoints = [];
+        const tripPoints = [];
+        for (const n of sizes) {
+          const m = await hold(
+            store,
+            `${mode === "batched" ? "b" : "k"}${n}-`,
+            mode === "batched",
+            n,
+            holdMs,
+            lock,
+            silentLogger,
+          );
+          ctx.log(
+            `${name} ${mode} ${n}: node ${m.nodeCpu.toFixed(1)} % of a core, ${m.trips.toFixed(1)} round trips/s, ` +
+              `${m.renewals.toFixed(0)} renewals/s, store ${m.storeCpu === null ? "-" : m.storeCpu.toFixed(0)} µs/s, lost ${m.lost}`,
+          );
+          cpuPoints.push([n, round(m.nodeCpu)]);
+          tripPoints.push([n, round(m.trips)]);
+          rows.push([
+            name,
+            mode,
+            n,
+            round(m.nodeCpu),
+            m.storeCpu === null ? "-" : Math.round(m.storeCpu),
+            round(m.trips),
+            Math.round(m.renewals),
+            round(m.batch),
+            m.commands === null ? "-" : Math.round(m.commands),
+            m.evalsha === null ? "-" : Math.round(m.evalsha),
+            m.lost,
+          ]);
+          if (n === largest) byMode[mode] = m;
+        }
+        cpuSeries.push({ name: `${name} ${mode}`, points: cpuPoints });
+        tripSeries.push({ name: `${name} ${mode}`, points: tripPoints });
+      }
+    } finally {
+      await store.close();
+    }
+    const after = byMode.batched;
+    const before = byMode["per key"];
+    const allowed = CONNECTIONS[name] / (Math.floor(LEASE_MS / 3) / 1000);
+    targets.push(
+      {
+        name: `${name}: renew round trips/s with ${largest} claims (batched)`,
+        target: `<= ${allowed} (${CONNECTIONS[name]} connection(s) × 1 heartbeat tick/s)`,
+        value: round(after.trips),
+        met: after.trips <= allowed,
+        note: `per key: ${round(before.trips)}/s`,
+      },
+      {
+        name: `${name}: Node CPU with ${largest} claims (batched), % of one core`,
+        target: ctx.short ? "< 10 (at 10,000 claims; short mode holds 500)" : "< 10",
+        value: round(after.nodeCpu),
+        met: ctx.short ? null : after.nodeCpu < 10,
+        note: `per key: ${round(before.nodeCpu)} %${name === "sqlite" ? " (SQLite runs in this process)" : ""}`,
+      },
+      {
+        name: `${name}: claims lost while held`,
+        target: "0",
+        value: after.lost + before.lost,
+        met: after.lost + before.lost === 0,
+        note: "",
+      },
+    );
+  }
+
+  return {
+    id,
+    title,
+    summary:
+      `One process holds N claims (lease ${LEASE_MS / 1000} s, a heartbeat every second) whose work sleeps for ` +
+      `${holdMs / 1000} s, with renewals batched per tick (renewMany) and one per key (renewMany hidden). ` +
+      "Node CPU is this process's over the hold; round trips are the backend's renew and renewMany calls.",
+    curves: [
+      {
+        id: "inflight-node-cpu",
+        title: "Node CPU while claims are held",
+        x: { label: "claims held", log: true },
+        y: { label: "% of one core", log: false },
+        series: cpuSeries,
+      },
+      {
+        id: "inflight-round-trips",
+        title: "Renew round trips per second while claims are held",
+        x: { label: "claims held", log: true },
+        y: { label: "round trips/s", log: true },
+        series: tripSeries,
+      },
+    ],
+    tables: [
+      {
+        title: `Claims in flight (lease ${LEASE_MS / 1000} s, hold ${holdMs / 1000} s)`,
+        columns: [
+          "store",
+          "mode",
+          "claims",
+          "Node CPU %",
+          "store CPU µs/s",
+          "round trips/s",
+          "renewals/s",
+          "keys per round trip",
+          "Redis commands/s",
+          "Redis EVALSHA/s",
+          "lost",
+        ],
+        rows,
+      },
+    ],
+    targets,
+  };
+}
+
+const round = (v) => Math.round(v * 100) / 100;
+
+/** Holds `n` claims (keys `${prefix}<i>`) on `store` for `holdMs` and measures the hold. */
+async function hold(store, prefix, batched, n, holdMs, lock, silentLogger) {
+  const counted = counting(store.backend, batched);
+  const options = { backend: counted.backend, logger: silentLogger, leaseMs: LEASE_MS, ttlMs: 600_000 };
+  let open;
+  const gate = new Promise((resolve) => {
+    open = resolve;
+  });
+  let aborted = 0;
+  const outcomes = [];
+  // claims go out 64 at a time (a pool of 16 would otherwise queue thousands); each call returns once
+  // its work holds the claim
+  await drive(n, 64, (i) => {
+    return new Promise((started) => {
+      outcomes[i] = lock(
+        `${prefix}${i}`,
+        async ({ signal }) => {
+          started();
+          await gate;
+          if (signal.aborted) aborted++;
+        },
+        options,
+      ).finally(started);
+    });
+  });
+  const held = { ...counted.counts };
+  const redis = store.admin === undefined ? undefined : await redisCounts(store.admin);
+  const cpu = process.cpuUsage();
+  const storeCpu = store.storeCpuMs();
+  const start = performance.now();
+  await new Promise((resolve) => setTimeout(resolve, holdMs));
+  const seconds = (performance.now() - start) / 1000;
+  const nodeCpu = process.cpuUsage(cpu);
+  const storeCpuAfter = store.storeCpuMs();
+  const calls = counted.counts.calls - held.calls;
+  const renewals = counted.counts.renewals - held.renewals;
+  const redisAfter = redis === undefined ? undefined : await redisCounts(store.admin);
+  open();
+  const settled = await Promise.all(outcomes);
+  const lost = Math.max(aborted, settled.filter((o) => o.kind !== "ran" || !o.committed).length);
+  return {
+    nodeCpu: ((nodeCpu.user + nodeCpu.system) / 1000 / (seconds * 1000)) * 100,
+    storeCpu:
+      storeCpu === undefined || storeCpuAfter === undefined
+        ? null
+        : ((storeCpuAfter - storeCpu) * 1000) / seconds,
+    trips: calls / seconds,
+    renewals: renewals / seconds,
+    batch: calls === 0 ? 0 : renewals / calls,
+    commands: redisAfter === undefined ? null : (redisAfter.total - redis.total) / seconds,
+    evalsha: redisAfter === undefined ? null : (redisAfter.evalsha - redis.evalsha) / seconds,
+    lost,
+  };
+}
+
+/**
+ * The backend with its renewals counted; `batched: false` hides renewMany (and declares
+ * `batchRenew: false`), so every key renews on its own: the before figure.
+ */
+function counting(inner, batched) {
+  const counts = { calls: 0, renewals: 0 };
+  const backend = {
+    name: inner.name,
+    capabilities: batched ? inner.capabilities : { ...inner.capabilities, batchRenew: false },
+    claim: (key, options) => inner.claim(key, options),
+    complete: (claim, options) => inner.complete(claim, options),
+    release: (claim) => inner.release(claim),
+    get: (key) => inner.get(key),
+    renew: (claim, leaseMs) => {
+      counts.calls++;
+      counts.renewals++;
+      return inner.renew(claim, leaseMs);
+    },
+    close: () => inner.close?.(),
+  };
+  if (batched) {
+    backend.renewMany = (requests) => {
+      counts.calls++;
+      counts.renewals += requests.length;
+      return inner.renewMany(requests);
+    };
+  }
+  return { backend, counts };
+}
+
+/** Redis's own command count (INFO stats) and EVALSHA calls (INFO commandstats). */
+async function redisCounts(admin) {
+  const stats = await admin.info("stats");
+  const commandstats = await admin.info("commandstats");
+  return {
+    total: Number(/total_commands_processed:(\d+)/.exec(stats)?.[1] ?? Number.NaN),
+    evalsha: Number(/cmdstat_evalsha:calls=(\d+)/.exec(commandstats)?.[1] ?? 0),
+  };
+}
