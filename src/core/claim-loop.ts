@@ -156,6 +156,26 @@ async function waitFor(
   }
 }
 
+/** What a shared re-claim answers its followers: the leader's answer, its win seen as a holder. */
+function sharedAnswer(r: Resolved, acquired: Acquired): Acquired | undefined {
+  if (acquired.kind !== "answered") return undefined;
+  const { outcome } = acquired;
+  if (outcome.kind !== "won") return acquired;
+  const { claim } = outcome;
+  // the lease just granted: its time left is at most the whole lease
+  const held: Held =
+    r.fingerprint === undefined
+      ? { kind: "held", fence: claim.fence, leaseUntil: claim.leaseUntil, remainingMs: r.leaseMs }
+      : {
+          kind: "held",
+          fence: claim.fence,
+          leaseUntil: claim.leaseUntil,
+          remainingMs: r.leaseMs,
+          fingerprint: r.fingerprint,
+        };
+  return { kind: "answered", outcome: held, sentAt: acquired.sentAt };
+}
+
 /** Waiters of one key woken together, gathered for one shared re-claim (per backend, per key). */
 interface Round {
   readonly followers: Array<(shared: Acquired | undefined) => void>;
@@ -169,9 +189,9 @@ const rounds = new WeakMap<Backend, Map<string, Round>>();
  * key, nearly all answered `held` or `done` (issue 28: 1,000 waiters). Here the waiters woken in one
  * turn of the event loop send one claim; its `done` or `held` answer is every follower's, as the
  * follower's own claim sent at that moment would have been (neither depends on the caller's token,
- * lease or fingerprint: the fingerprint is compared by the caller). Only a win, or a failure, is the
- * leader's alone: the followers then claim for themselves. A synchronous store has no round trip to
- * save and claims directly.
+ * lease or fingerprint: the fingerprint is compared by the caller). A win is the leader's alone: the
+ * followers are held by it (and their back-off restarts, as for any new holder). After a failure the
+ * followers claim for themselves. A synchronous store has no round trip to save and claims directly.
  */
 function reacquire(r: Resolved, key: string): Acquired | Promise<Acquired> {
   const backend = r.backend;
@@ -195,7 +215,7 @@ function reacquire(r: Resolved, key: string): Acquired | Promise<Acquired> {
   return new Promise<void>((resolve) => setImmediate(resolve)).then(async () => {
     if (keys.get(key) === round) keys.delete(key);
     const acquired = await acquire(r, key);
-    const shared = acquired.kind === "answered" && acquired.outcome.kind !== "won" ? acquired : undefined;
+    const shared = sharedAnswer(r, acquired);
     for (const follow of round.followers) follow(shared);
     return acquired;
   });
