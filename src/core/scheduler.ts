@@ -48,6 +48,8 @@ class Queue {
   head: Scheduled | undefined = undefined;
   tail: Scheduled | undefined = undefined;
   timer: TimerHandle | undefined = undefined;
+  /** While the timer's events run: an event they add must not arm the timer for a full delay. */
+  #firing = false;
   readonly #clock: Clock;
   readonly #delay: number;
   readonly #fire = () => this.#onTimer();
@@ -65,7 +67,9 @@ class Queue {
     if (this.tail === undefined) this.head = event;
     else this.tail.next = event;
     this.tail = event;
-    if (this.timer === undefined) this.timer = this.#clock.setTimeout(this.#fire, this.#delay);
+    if (this.timer === undefined && !this.#firing) {
+      this.timer = this.#clock.setTimeout(this.#fire, this.#delay);
+    }
   }
 
   remove(event: Scheduled): void {
@@ -83,6 +87,10 @@ class Queue {
   #onTimer(): void {
     this.timer = undefined;
     const now = this.#clock.now();
+    // Events run here may add events (a heartbeat's store call adds its deadline): the timer is armed
+    // after the loop, for the earliest event left, not by the first add for a full delay (which would
+    // hold back the events already waiting behind the ones that ran).
+    this.#firing = true;
     for (let event = this.head; event !== undefined && event.due <= now; event = this.head) {
       this.remove(event);
       try {
@@ -91,6 +99,7 @@ class Queue {
         // an event's own code reports its failures; one throwing never starves the others
       }
     }
+    this.#firing = false;
     const head = this.head;
     if (head !== undefined && this.timer === undefined) {
       this.timer = this.#clock.setTimeout(this.#fire, Math.max(1, head.due - now));

@@ -155,7 +155,15 @@ const round = (v) => Math.round(v * 100) / 100;
 /** Holds `n` claims (keys `${prefix}<i>`) on `store` for `holdMs` and measures the hold. */
 async function hold(store, prefix, batched, n, holdMs, lock, silentLogger) {
   const counted = counting(store.backend, batched);
-  const options = { backend: counted.backend, logger: silentLogger, leaseMs: LEASE_MS, ttlMs: 600_000 };
+  // a claim queued behind thousands on a busy machine may take seconds: the claims' budget is long,
+  // while each renewal keeps its own deadline (a third of the lease)
+  const options = {
+    backend: counted.backend,
+    logger: silentLogger,
+    leaseMs: LEASE_MS,
+    ttlMs: 600_000,
+    storeTimeoutMs: 30_000,
+  };
   let open;
   const gate = new Promise((resolve) => {
     open = resolve;
@@ -174,7 +182,9 @@ async function hold(store, prefix, batched, n, holdMs, lock, silentLogger) {
           if (signal.aborted) aborted++;
         },
         options,
-      ).finally(started);
+      )
+        .catch((error) => ({ kind: "threw", error }))
+        .finally(started);
     });
   });
   const held = { ...counted.counts };
@@ -191,6 +201,9 @@ async function hold(store, prefix, batched, n, holdMs, lock, silentLogger) {
   const redisAfter = redis === undefined ? undefined : await redisCounts(store.admin);
   open();
   const settled = await Promise.all(outcomes);
+  const threw = settled.find((o) => o.kind === "threw");
+  if (threw !== undefined)
+    throw new Error(`${store.name}: a claim failed: ${threw.error?.message ?? threw.error}`);
   const lost = Math.max(aborted, settled.filter((o) => o.kind !== "ran" || !o.committed).length);
   return {
     nodeCpu: ((nodeCpu.user + nodeCpu.system) / 1000 / (seconds * 1000)) * 100,

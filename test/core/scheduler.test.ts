@@ -1,0 +1,34 @@
+/**
+ * The shared timer queues (`scheduler.ts`): an event that falls due runs when it falls due, also when
+ * the events run just before it add events of their own to the same queue (a heartbeat's renewal
+ * adds its store call's deadline): the queue's timer is then armed for the earliest event left.
+ */
+import { describe, expect, it } from "vitest";
+import { ManualClock } from "../../src/core/clock.js";
+import { Callback, schedule } from "../../src/core/scheduler.js";
+
+describe("scheduler", () => {
+  it("an event added while the queue fires does not hold back the events already waiting", async () => {
+    const clock = new ManualClock();
+    const start = clock.now();
+    const ran: Array<[string, number]> = [];
+    const log = (name: string) => () => ran.push([name, clock.now() - start]);
+    schedule(
+      clock,
+      100,
+      new Callback(() => {
+        log("a")();
+        schedule(clock, 100, new Callback(log("c")));
+      }),
+    );
+    await clock.advance(10);
+    schedule(clock, 100, new Callback(log("b")));
+    await clock.advance(105);
+    expect(ran).toEqual([
+      ["a", 100],
+      ["b", 110],
+    ]);
+    await clock.advance(100);
+    expect(ran.at(-1)).toEqual(["c", 200]);
+  });
+});
