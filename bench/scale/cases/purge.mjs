@@ -3,6 +3,8 @@
 // Live traffic (half new keys, half duplicates of live records) is first driven closed-loop to find its
 // capacity, then open-loop at half of it: per-op latency without a purge, then while `purgeExpired`
 // runs. Counted: live rows before and after (exact), expired rows left after, the purge's rows/s.
+import { spawn } from "node:child_process";
+import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { openStore } from "../stores.mjs";
 
@@ -10,6 +12,7 @@ export const id = "purge";
 export const title = "Purge under load";
 
 const C = 16;
+const POSTGRES_URL = process.env.ONCELY_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const now = () => performance.now();
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -158,6 +161,53 @@ async function measure(ctx, name, n) {
       errors: quiet.errors + quietAfter.errors,
     };
 
+    // PostgreSQL: once more through the CLI (`oncely purge`) in a child process, on a fresh load
+    let cli;
+    if (name === "postgres") {
+      const again = "sample-expired-cli";
+      await lock(again, async () => "x", {
+        backend: store.backend,
+        logger: silentLogger,
+        ttlMs: 1,
+        leaseMs: 60_000,
+      });
+      await sleep(20);
+      await store.replicate(again, "expired-cli-", n);
+      const url = new URL(POSTGRES_URL);
+      url.searchParams.set("schema", store.schema);
+      url.searchParams.set("table", "records");
+      const start = now();
+      const child = spawn(
+        process.execPath,
+        [join(ctx.dist, "cli", "main.js"), "purge", "--backend", url.href],
+        {
+          stdio: ["ignore", "pipe", "pipe"],
+        },
+      );
+      let output = "";
+      child.stdout.on("data", (chunk) => (output += chunk));
+      child.stderr.on("data", (chunk) => (output += chunk));
+      let exited = false;
+      const exit = new Promise((resolve) => child.on("exit", (code) => resolve(code)));
+      exit.then(() => (exited = true));
+      const duringCli = await openLoop(live.op, rate, 0, () => exited);
+      const code = await exit;
+      const ms = now() - start;
+      const left = await countRows(store, "expired-cli-");
+      cli = {
+        code,
+        ms: Math.round(ms),
+        rowsPerSecond: Math.round((n / ms) * 1000),
+        left,
+        during: duringCli,
+        output: output.trim().slice(-200),
+      };
+      ctx.log(
+        `purge ${name} CLI: ${JSON.stringify({ ...cli, during: { n: duringCli.n, p50: duringCli.p50, p99: duringCli.p99 } })}`,
+      );
+      if (code !== 0) throw new Error(`oncely purge exited ${code}: ${cli.output}`);
+    }
+
     const liveAfter = await countRows(store, "live-");
     const expiredAfter = await countRows(store, "expired-");
     const trafficRows = await countRows(store, "traffic-");
@@ -177,6 +227,10 @@ async function measure(ctx, name, n) {
       expiredAfter,
       trafficRows,
       trafficCommitted: live.committed(),
+      cli:
+        cli === undefined
+          ? undefined
+          : { ...cli, during: { n: cli.during.n, p50: cli.during.p50, p99: cli.during.p99 } },
     };
     ctx.log(`purge ${name}: ${JSON.stringify(result)}`);
     return result;
@@ -207,6 +261,16 @@ export async function run(ctx) {
       met: r.liveAfter === r.liveBefore && r.trafficRows === r.trafficCommitted,
       note: `live ${r.liveBefore} before, ${r.liveAfter} after; traffic rows ${r.trafficRows} of ${r.trafficCommitted} committed`,
     });
+    if (r.cli !== undefined) {
+      const cliRatio = round(r.cli.during.p99 / r.quiet.p99);
+      targets.push({
+        name: `${r.store}: live p99 during \`oncely purge\` (a child process) ÷ without it`,
+        target: "<= 2",
+        value: cliRatio,
+        met: cliRatio <= 2 && r.cli.left === 0,
+        note: `${r.cli.during.n} ops during the CLI's purge (${r.cli.ms} ms, ${r.cli.rowsPerSecond} rows/s); expired left ${r.cli.left}`,
+      });
+    }
     targets.push({
       name: `${r.store}: expired records left after the purge`,
       target: "0",
