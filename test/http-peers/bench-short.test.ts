@@ -3,57 +3,19 @@
  * real peers), prints both tables, and oncely passes every correctness case on Express and Fastify.
  * Speed is not asserted: the bench measures it, a test on a shared machine cannot.
  */
-import { type ChildProcess, spawn } from "node:child_process";
-import { randomUUID } from "node:crypto";
-import { readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
-import { afterAll, expect, it } from "vitest";
+import { expect, it } from "vitest";
+import { benchRunner, type CheckRow } from "./run-bench.js";
 
-const bench = fileURLToPath(new URL("../../bench/http-peers/bench.mjs", import.meta.url));
-const out = join(tmpdir(), `oncely-http-peers-${randomUUID()}.json`);
-const children: ChildProcess[] = [];
-afterAll(() => {
-  // SIGTERM: the bench stops its servers and its redis-server on the way out
-  for (const child of children)
-    if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
-  rmSync(out, { force: true });
-});
-
-interface CheckRow {
-  framework: string;
-  variant: string;
-  error?: string;
-  cases?: Record<string, { pass: boolean; detail: string }>;
-}
+const run = benchRunner();
 
 it("bench:http-peers --short prints the speed and correctness tables; oncely passes every case", async () => {
-  const child = spawn(
-    process.execPath,
-    // the speed table for oncely and the bare app only, to stay short; correctness for all three
-    [
-      bench,
-      "--short",
-      "--contenders",
-      "oncely,floor,node-idempotency",
-      "--speed-contenders",
-      "oncely",
-      "--json",
-      out,
-    ],
-    { stdio: ["ignore", "pipe", "pipe"] },
-  );
-  children.push(child);
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (chunk) => {
-    stdout += chunk;
-  });
-  child.stderr.on("data", (chunk) => {
-    stderr += chunk;
-  });
-  const code = await new Promise<number | null>((resolve) => child.once("exit", resolve));
+  // the speed table for oncely and the bare app only, to stay short; correctness for all three
+  const { code, stdout, stderr, json } = await run([
+    "--contenders",
+    "oncely,floor,node-idempotency",
+    "--speed-contenders",
+    "oncely",
+  ]);
   expect(code, stderr.slice(-2_000)).toBe(0);
 
   expect(stdout).toContain("| framework | contender | new keys × bare | replays × bare |");
@@ -71,10 +33,10 @@ it("bench:http-peers --short prints the speed and correctness tables; oncely pas
     expect(stdout).toMatch(new RegExp(`- ${framework} oncely \\(ioredis\\): .*evalsha`));
   }
 
-  const figures = JSON.parse(readFileSync(out, "utf8")) as {
+  const figures = json<{
     speedRows: Array<{ variant: string; commandsNew: number; commandsReplay: number }>;
     checkRows: CheckRow[];
-  };
+  }>();
   const oncely = figures.checkRows.filter((row) => row.variant === "oncely");
   expect(oncely.map((row) => row.framework).sort()).toEqual(["express", "fastify"]);
   for (const row of oncely) {

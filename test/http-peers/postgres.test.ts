@@ -4,34 +4,13 @@
  * correctness case on Express and Fastify; the peers are listed as having no PostgreSQL storage.
  * Speed is not asserted: the bench measures it, a test on a shared machine cannot.
  */
-import { type ChildProcess, spawn } from "node:child_process";
-import { randomUUID } from "node:crypto";
-import { readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import pg from "pg";
-import { afterAll, expect, it } from "vitest";
+import { expect, it } from "vitest";
+import { benchRunner, type CheckRow } from "./run-bench.js";
 
-const bench = fileURLToPath(new URL("../../bench/http-peers/bench.mjs", import.meta.url));
+const run = benchRunner();
 const url = process.env.ONCELY_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
-const out = join(tmpdir(), `oncely-http-peers-pg-${randomUUID()}.json`);
-const children: ChildProcess[] = [];
-afterAll(() => {
-  // SIGTERM: the bench stops its servers and drops its schema on the way out
-  for (const child of children)
-    if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
-  rmSync(out, { force: true });
-});
 
-interface CheckRow {
-  store: string;
-  framework: string;
-  variant: string;
-  error?: string;
-  unsupported?: string;
-  cases?: Record<string, { pass: boolean; detail: string }>;
-}
 interface SpeedRow {
   store: string;
   framework: string;
@@ -55,34 +34,11 @@ const schemaExists = async (name: string): Promise<boolean> => {
 };
 
 it("bench:http-peers --short --store postgres: both tables; oncely passes every case; schema dropped", async () => {
-  const child = spawn(
-    process.execPath,
-    // the speed table for oncely and the bare app only, to stay short; correctness for oncely
-    // and the floor
-    [
-      bench,
-      "--short",
-      "--store",
-      "postgres",
-      "--contenders",
-      "oncely,floor,node-idempotency",
-      "--speed-contenders",
-      "oncely",
-      "--json",
-      out,
-    ],
-    { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ONCELY_POSTGRES_URL: url } },
+  // the speed table for oncely and the bare app only, to stay short; correctness for oncely and the floor
+  const { code, stdout, stderr, json } = await run(
+    ["--store", "postgres", "--contenders", "oncely,floor,node-idempotency", "--speed-contenders", "oncely"],
+    { ...process.env, ONCELY_POSTGRES_URL: url },
   );
-  children.push(child);
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (chunk) => {
-    stdout += chunk;
-  });
-  child.stderr.on("data", (chunk) => {
-    stderr += chunk;
-  });
-  const code = await new Promise<number | null>((resolve) => child.once("exit", resolve));
   expect(code, stderr.slice(-2_000)).toBe(0);
 
   expect(stdout).toMatch(/^HTTP Idempotency-Key path on PostgreSQL \d+/);
@@ -100,13 +56,13 @@ it("bench:http-peers --short --store postgres: both tables; oncely passes every 
     expect(stdout).toContain(`| ${framework} | @node-idempotency | no PostgreSQL storage |`);
   }
 
-  const figures = JSON.parse(readFileSync(out, "utf8")) as {
+  const figures = json<{
     postgresVersion: string;
     postgresSchema: string;
     redisVersion?: string;
     speedRows: SpeedRow[];
     checkRows: CheckRow[];
-  };
+  }>();
   expect(figures.postgresVersion).toMatch(/^\d+/);
   expect(figures.redisVersion).toBeUndefined(); // no private redis-server started
   const oncely = figures.checkRows.filter((row) => row.variant === "oncely");
