@@ -155,14 +155,13 @@ const round = (v) => Math.round(v * 100) / 100;
 /** Holds `n` claims (keys `${prefix}<i>`) on `store` for `holdMs` and measures the hold. */
 async function hold(store, prefix, batched, n, holdMs, lock, silentLogger) {
   const counted = counting(store.backend, batched);
-  // a claim queued behind thousands on a busy machine may take seconds: the claims' budget is long,
-  // while each renewal keeps its own deadline (a third of the lease)
+  // the longest store budget a 3 s lease allows (each renewal keeps its own deadline, lease / 3)
   const options = {
     backend: counted.backend,
     logger: silentLogger,
     leaseMs: LEASE_MS,
     ttlMs: 600_000,
-    storeTimeoutMs: 30_000,
+    storeTimeoutMs: LEASE_MS / 2,
   };
   let open;
   const gate = new Promise((resolve) => {
@@ -170,9 +169,9 @@ async function hold(store, prefix, batched, n, holdMs, lock, silentLogger) {
   });
   let aborted = 0;
   const outcomes = [];
-  // claims go out 64 at a time (a pool of 16 would otherwise queue thousands); each call returns once
-  // its work holds the claim
-  await drive(n, 64, (i) => {
+  // claims go out POOL at a time (more would queue in the pool past their budget on a busy machine);
+  // each call returns once its work holds the claim
+  await drive(n, POOL, (i) => {
     return new Promise((started) => {
       outcomes[i] = lock(
         `${prefix}${i}`,
@@ -207,8 +206,10 @@ async function hold(store, prefix, batched, n, holdMs, lock, silentLogger) {
   const lost = Math.max(aborted, settled.filter((o) => o.kind !== "ran" || !o.committed).length);
   return {
     nodeCpu: ((nodeCpu.user + nodeCpu.system) / 1000 / (seconds * 1000)) * 100,
+    // by name, a server's CPU drops when one of its processes exits (another client's connection
+    // closing on a shared machine): no figure then
     storeCpu:
-      storeCpu === undefined || storeCpuAfter === undefined
+      storeCpu === undefined || storeCpuAfter === undefined || storeCpuAfter < storeCpu
         ? null
         : ((storeCpuAfter - storeCpu) * 1000) / seconds,
     trips: calls / seconds,
