@@ -266,6 +266,14 @@ export function packResult<T>(value: T, codec: ResultCodec<T>, maxBytes: number)
       detail,
     };
   }
+  return packEncoded(body, maxBytes);
+}
+
+/**
+ * Packs a value already encoded by its codec (a surface that encodes while it decides to commit, so
+ * the codec is not asked again); an oversize one becomes the "too large" marker, as in `packResult`.
+ */
+export function packEncoded(body: Uint8Array, maxBytes: number): PackedResult {
   if (body.length > maxBytes) return tooLarge(body.length, maxBytes);
   return { bytes: withTag(Tag.Value, body) };
 }

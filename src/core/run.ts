@@ -18,6 +18,7 @@ import {
 import {
   DEFAULT_MAX_RESULT_BYTES,
   jsonCodec,
+  packEncoded,
   packResult,
   type ReplayedResult,
   type ResultCodec,
@@ -50,8 +51,11 @@ export interface CallChoices<T> {
   readonly backend?: Backend | undefined;
   readonly fingerprint?: string | undefined;
   readonly wait?: number | undefined;
-  /** `false` releases the key instead of completing it (`not_committed`, reason `declined`). */
-  readonly shouldCommit?: ((value: T) => boolean) | undefined;
+  /**
+   * `false` releases the key instead of completing it (`not_committed`, reason `declined`); bytes
+   * complete it with them as the value's encoding (the codec's `encode` is not called).
+   */
+  readonly shouldCommit?: ((value: T) => boolean | Uint8Array) | undefined;
   /** Called once the complete of a committed value has answered, before the outcome resolves. */
   readonly afterComplete?: (() => void) | undefined;
   /** The surface's span: the call's own span becomes its child. */
@@ -199,12 +203,17 @@ async function runCall<T>(
       await release(r, mode, claim);
       return { kind: "ran", key, fence: claim.fence, value, committed: true, resultStored: false };
     }
-    if (call.shouldCommit !== undefined && !decidesToCommit(r, call.shouldCommit, value)) {
-      heartbeat.stop();
-      await releaseQuietly(r, claim);
-      return { kind: "not_committed", key, fence: claim.fence, value, reason: "declined" };
+    let encoded: Uint8Array | undefined;
+    if (call.shouldCommit !== undefined) {
+      const decided = decidesToCommit(r, call.shouldCommit, value);
+      if (decided === false) {
+        heartbeat.stop();
+        await releaseQuietly(r, claim);
+        return { kind: "not_committed", key, fence: claim.fence, value, reason: "declined" };
+      }
+      if (decided !== true) encoded = decided;
     }
-    const committing = commit(r, key, claim, value, options);
+    const committing = commit(r, key, claim, value, options, encoded);
     const ended = committing instanceof Promise ? await committing : committing;
     afterComplete(r, call.afterComplete);
     return ended;
@@ -273,9 +282,15 @@ function isThenable<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
   );
 }
 
-function decidesToCommit<T>(r: Resolved, shouldCommit: (value: T) => boolean, value: T): boolean {
+/** `shouldCommit`'s answer: false (release), true (encode with the codec) or the encoded bytes. */
+function decidesToCommit<T>(
+  r: Resolved,
+  shouldCommit: (value: T) => boolean | Uint8Array,
+  value: T,
+): boolean | Uint8Array {
   try {
-    return shouldCommit(value) === true;
+    const decided = shouldCommit(value);
+    return decided instanceof Uint8Array ? decided : decided === true;
   } catch (error) {
     logError(r, { error }, "shouldCommit threw; the key is released instead of completed");
     return false;
@@ -283,8 +298,9 @@ function decidesToCommit<T>(r: Resolved, shouldCommit: (value: T) => boolean, va
 }
 
 /**
- * Stores the work's value and completes the claim. Never throws: a fenced-out or failed complete is
- * an outcome. Synchronous when the backend's complete is (no promise on that path).
+ * Stores the work's value (`encoded`: its codec bytes, already made) and completes the claim. Never
+ * throws: a fenced-out or failed complete is an outcome. Synchronous when the backend's complete is
+ * (no promise on that path).
  */
 function commit<T>(
   r: Resolved,
@@ -292,12 +308,16 @@ function commit<T>(
   claim: Claim,
   value: T,
   options: Configured<T>,
+  encoded: Uint8Array | undefined,
 ): CoreOutcome<T> | Promise<CoreOutcome<T>> {
   const codec = resultCodec(options);
+  const maxBytes = options.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES;
   const packed =
     codec === false
       ? undefined
-      : packResult(value, codec, options.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES);
+      : encoded !== undefined
+        ? packEncoded(encoded, maxBytes)
+        : packResult(value, codec, maxBytes);
   if (packed?.omitted !== undefined) {
     try {
       r.logger.warn(

@@ -42,8 +42,11 @@ export interface RunOptions<T> {
   readonly fingerprint?: string | undefined;
   /** Overrides the configured `wait` for this call. */
   readonly wait?: number | undefined;
-  /** `false` releases the key instead of completing it (outcome `not_committed`, reason `declined`). */
-  readonly commit?: ((value: T) => boolean) | undefined;
+  /**
+   * `false` releases the key instead of completing it (outcome `not_committed`, reason `declined`);
+   * bytes complete it with them as the value's codec encoding (made while deciding: not encoded again).
+   */
+  readonly commit?: ((value: T) => boolean | Uint8Array) | undefined;
   /**
    * Called once the complete of a committed value has answered (done, fenced out or failed), in the
    * same turn — before the outcome resolves. Lock mode only; not called when the key is released.

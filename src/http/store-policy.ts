@@ -1,8 +1,8 @@
 /**
- * Which captured responses HTTP stores and the bytes stored for each: `commit`
- * decides and prepares them, `codec` hands them to the core guard when it completes the key (and
- * reads a stored record back for a replay), and `refusal` says why a response whose status is stored
- * was not (too large, `redact` threw, not encodable).
+ * Which captured responses HTTP stores and the bytes stored for each: `commit` decides and encodes
+ * them (the core guard completes the key with those bytes), `codec` reads a stored record back for a
+ * replay, and `refusal` says why a response whose status is stored was not (too large, `redact` threw,
+ * not encodable).
  */
 import type { ResultCodec } from "../core/codec.js";
 import type { BypassReason, CapturedResponse } from "./http-decision.js";
@@ -29,13 +29,6 @@ export class StorePolicy {
   readonly #options: Pick<HttpIdempotencyOptions<unknown>, "cacheClientErrors" | "redact">;
   readonly #maxResponseBytes: number;
   /**
-   * The stored bytes `commit` prepared for each response it accepted, handed to the codec when the
-   * guard completes that response's key (and dropped there). Keyed by the response, so each request's
-   * bytes reach its own record whatever runs between `commit` and the codec (no reliance on the core
-   * calling them in one synchronous step); an entry the codec never takes goes with its response.
-   */
-  readonly #prepared = new WeakMap<CapturedResponse, Uint8Array>();
-  /**
    * The captures `commit` refused although their status is stored, and why, until `refusal` takes
    * them (the guard then says so: header, warning, event). Written only on that rare path, so the hot path pays nothing for it.
    */
@@ -53,13 +46,13 @@ export class StorePolicy {
     this.#maxResponseBytes = maxResponseBytes;
   }
 
-  /** The guard's codec: the bytes `commit` prepared, and a stored record read back as a capture. */
+  /**
+   * The guard's codec: a stored record read back as a capture. Nothing is encoded through it: `commit`
+   * hands the guard the bytes of each response it stores.
+   */
   readonly codec: ResultCodec<CapturedResponse> = {
-    encode: (captured) => {
-      const bytes = this.#prepared.get(captured);
-      if (bytes === undefined) throw new TypeError("only a response accepted by commit is stored");
-      this.#prepared.delete(captured);
-      return bytes;
+    encode: () => {
+      throw new TypeError("only the bytes commit prepared are stored");
     },
     decode: (bytes) => ({ kind: "buffered", response: decodeStoredResponse(bytes) }),
   };
@@ -73,10 +66,10 @@ export class StorePolicy {
   }
 
   /**
-   * The guard's `commit`: stores 2xx (and 4xx with `cacheClientErrors`) responses that were held
-   * whole and fit, and prepares their bytes for `codec`.
+   * The guard's `commit`: the bytes to store for a 2xx (or, with `cacheClientErrors`, 4xx) response
+   * that was held whole and fits, encoded once; `false` for any other (its key is released).
    */
-  commit(captured: CapturedResponse): boolean {
+  commit(captured: CapturedResponse): Uint8Array | false {
     if (captured.kind !== "buffered") return false;
     const { status } = captured.response;
     if (!this.storable(status)) return false;
@@ -115,8 +108,7 @@ export class StorePolicy {
         detail: `its stored headers take ${headerBytes} bytes, over the ${MAX_STORED_HEADER_BYTES}-byte limit`,
       });
     }
-    this.#prepared.set(captured, bytes);
-    return true;
+    return bytes;
   }
 
   /** `commit`'s "no" for a response whose status is stored: remembered until `refusal` takes it. */

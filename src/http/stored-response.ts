@@ -88,38 +88,40 @@ export function storedHeaders(
   return kept;
 }
 
-// Layout v1: version (1 byte), status (u16), header count (u16), per header name length (u16),
-// name, value length (u32), value; body length (u32), body. Big-endian throughout.
-const LAYOUT_VERSION = 1;
+// Layouts. v2 (written): version (1 byte, 2), status (3 ASCII digits), then ASCII decimal lengths,
+// each ended by ":", before what they measure: the header count, per header the name's byte length
+// and name, the value's byte length and value; the body's byte length and body. Every byte outside the
+// header text and the body is printable ASCII, so a response whose text and body are UTF-8 (JSON,
+// text) is UTF-8 as a whole: a store whose client sends text more cheaply than bytes (Redis) sends it
+// as text. v1 (still read, for records written before v2): version (1 byte, 1), status (u16), header
+// count (u16), per header name length (u16), name, value length (u32), value; body length (u32), body;
+// big-endian.
+const LAYOUT_VERSION = 2;
 const decoder = new TextDecoder("utf-8", { fatal: true });
+const COLON = 0x3a;
+/** Longest decimal length the decoder reads: 10 digits (every u32). */
+const MAX_DIGITS = 10;
 
 /**
- * Encodes a stored response (its headers as given: filter them with `storedHeaders` first). Strings
- * are written as UTF-8 straight into one buffer (no encoder round trip per header).
+ * Encodes a stored response (its headers as given: filter them with `storedHeaders` first) into one
+ * buffer: the text before the body is assembled as one string and written once, then the body.
  */
 export function encodeStoredResponse(response: StoredResponse): Uint8Array {
-  const { headers, body } = response;
-  let size = 1 + 2 + 2 + 4 + body.length;
-  for (const [name, value] of headers) {
-    size += 2 + Buffer.byteLength(name, "utf8") + 4 + Buffer.byteLength(value, "utf8");
+  const { status, headers, body } = response;
+  if (!Number.isInteger(status) || status < 100 || status > 599) {
+    throw new RangeError(`status ${status} is not an HTTP status (100-599)`);
   }
+  let head = `\x02${status}${headers.length}:`;
+  for (const [name, value] of headers) {
+    head += `${Buffer.byteLength(name, "utf8")}:${name}${Buffer.byteLength(value, "utf8")}:${value}`;
+  }
+  head += `${body.length}:`;
+  const headLength = Buffer.byteLength(head, "utf8");
   // Small outputs come from Node's shared pool: a backend that keeps them copies them (the memory
   // backend does), the others send them.
-  const out = Buffer.allocUnsafe(size);
-  out[0] = LAYOUT_VERSION;
-  out.writeUInt16BE(response.status, 1);
-  out.writeUInt16BE(headers.length, 3);
-  let at = 5;
-  for (const [name, value] of headers) {
-    const nameLength = out.write(name, at + 2, "utf8");
-    out.writeUInt16BE(nameLength, at);
-    at += 2 + nameLength;
-    const valueLength = out.write(value, at + 4, "utf8");
-    out.writeUInt32BE(valueLength, at);
-    at += 4 + valueLength;
-  }
-  out.writeUInt32BE(body.length, at);
-  out.set(body, at + 4);
+  const out = Buffer.allocUnsafe(headLength + body.length);
+  out.write(head, 0, "utf8");
+  out.set(body, headLength);
   return out;
 }
 
@@ -131,14 +133,59 @@ function textAt(bytes: Uint8Array, buffer: Buffer, start: number, end: number): 
   return buffer.toString("latin1", start, end);
 }
 
-/** Decodes what `encodeStoredResponse` wrote. Throws a `RangeError` on anything else. */
+/** Decodes what `encodeStoredResponse` wrote (layout v2, or v1). Throws a `RangeError` on anything else. */
 export function decodeStoredResponse(bytes: Uint8Array): StoredResponse {
   // Read in place: no `DataView`, and the bytes' own `Buffer` when they are one (a replay's are).
   const buffer =
     bytes instanceof Buffer ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const end = bytes.length;
-  if (end < 5) throw truncated();
+  if (bytes.length < 5) throw truncated();
+  if (bytes[0] === 1) return decodeV1(bytes, buffer);
   if (bytes[0] !== LAYOUT_VERSION) throw new RangeError(`stored response layout ${bytes[0]} is unknown`);
+  const end = bytes.length;
+  let status = 0;
+  for (let i = 1; i < 4; i++) {
+    const digit = (bytes[i] as number) - 0x30;
+    if (digit < 0 || digit > 9) throw new RangeError("stored status is not three digits");
+    status = status * 10 + digit;
+  }
+  if (status < 100 || status > 599) throw new RangeError(`stored status ${status} is not an HTTP status`);
+  let at = 4;
+  /** The decimal length at `at` (ended by ":"), moving `at` past it; at most what is left. */
+  const length = (): number => {
+    let value = 0;
+    let digits = 0;
+    for (;;) {
+      if (at >= end) throw truncated();
+      const byte = bytes[at++] as number;
+      if (byte === COLON && digits > 0) break;
+      const digit = byte - 0x30;
+      if (digit < 0 || digit > 9 || ++digits > MAX_DIGITS) {
+        throw new RangeError("stored response has a malformed length");
+      }
+      value = value * 10 + digit;
+    }
+    if (at + value > end) throw truncated();
+    return value;
+  };
+  const count = length();
+  const headers: Array<readonly [string, string]> = [];
+  for (let i = 0; i < count; i++) {
+    const nameLength = length();
+    const name = textAt(bytes, buffer, at, at + nameLength);
+    at += nameLength;
+    const valueLength = length();
+    headers.push([name, textAt(bytes, buffer, at, at + valueLength)]);
+    at += valueLength;
+  }
+  const bodyLength = length();
+  if (at + bodyLength !== end) throw new RangeError("stored response has trailing bytes");
+  // A view, not a copy: backends hand the codec bytes of their own (the memory backend copies).
+  return { status, headers, body: new Uint8Array(bytes.buffer, bytes.byteOffset + at, bodyLength) };
+}
+
+/** Layout v1 (see above). */
+function decodeV1(bytes: Uint8Array, buffer: Buffer): StoredResponse {
+  const end = bytes.length;
   const status = buffer.readUInt16BE(1);
   if (status < 100 || status > 599) throw new RangeError(`stored status ${status} is not an HTTP status`);
   const count = buffer.readUInt16BE(3);
@@ -162,7 +209,6 @@ export function decodeStoredResponse(bytes: Uint8Array): StoredResponse {
   at += 4;
   if (at + bodyLength > end) throw truncated();
   if (at + bodyLength !== end) throw new RangeError("stored response has trailing bytes");
-  // A view, not a copy: backends hand the codec bytes of their own (the memory backend copies).
   return { status, headers, body: new Uint8Array(bytes.buffer, bytes.byteOffset + at, bodyLength) };
 }
 

@@ -1,3 +1,4 @@
+import { isUtf8 } from "node:buffer";
 import { describe, expect, it } from "vitest";
 import { PROBLEM_STATUS, problemResponse, problemType, retryAfterSeconds } from "../../src/http/problem.js";
 import {
@@ -107,11 +108,65 @@ describe("stored response encoding", () => {
     expect(decodeStoredResponse(one).headers).toEqual([["x-a", "b"]]);
   });
 
-  it("writes header text as UTF-8 (the layout's bytes are unchanged)", () => {
+  it("writes layout 2: ASCII digits and byte lengths, header text as UTF-8, the body verbatim", () => {
     const bytes = encodeStoredResponse({ status: 201, headers: [["x-é", "ü"]], body: Uint8Array.of(7) });
-    expect([...bytes]).toEqual([
-      1, 0, 201, 0, 1, 0, 4, 0x78, 0x2d, 0xc3, 0xa9, 0, 0, 0, 2, 0xc3, 0xbc, 0, 0, 0, 1, 7,
-    ]);
+    expect([...bytes]).toEqual([2, ...Buffer.from("2011:4:x-\u00e92:\u00fc1:", "utf8"), 7]);
+  });
+
+  it("is UTF-8 as a whole when its header text and body are (a Redis client sends it as text)", () => {
+    const json = {
+      status: 201,
+      headers: [["content-type", "application/json; charset=utf-8"]] as const,
+      body: Buffer.from(JSON.stringify({ id: 300, item: "book" })),
+    };
+    expect(isUtf8(encodeStoredResponse(json))).toBe(true);
+    expect(isUtf8(encodeStoredResponse(response))).toBe(false); // its body is not UTF-8
+  });
+
+  it("still reads layout 1, written before layout 2", () => {
+    const v1 = Uint8Array.of(
+      1,
+      0,
+      201,
+      0,
+      1,
+      0,
+      4,
+      0x78,
+      0x2d,
+      0xc3,
+      0xa9,
+      0,
+      0,
+      0,
+      2,
+      0xc3,
+      0xbc,
+      0,
+      0,
+      0,
+      1,
+      7,
+    );
+    expect(decodeStoredResponse(v1)).toEqual({
+      status: 201,
+      headers: [["x-é", "ü"]],
+      body: Uint8Array.of(7),
+    });
+    for (let cut = 0; cut < v1.length; cut++) {
+      expect(() => decodeStoredResponse(v1.subarray(0, cut))).toThrow(/truncated/);
+    }
+  });
+
+  it("refuses to encode a status outside 100-599, and malformed lengths", () => {
+    expect(() => encodeStoredResponse({ status: 1000, headers: [], body: new Uint8Array(0) })).toThrow(
+      RangeError,
+    );
+    const bytes = encodeStoredResponse({ status: 200, headers: [], body: new Uint8Array(0) });
+    expect(Buffer.from(bytes).toString("latin1")).toBe("\u00022000:0:");
+    for (const text of ["\u00022000::0:", "\u00022000x:0:", "\u000220a0:0:", "\u00022000:99999999999:"]) {
+      expect(() => decodeStoredResponse(Buffer.from(text, "latin1"))).toThrow(RangeError);
+    }
   });
 });
 
