@@ -27,7 +27,7 @@ import type { Clock } from "./clock.js";
 import { LeaseLostError, storageError } from "./errors.js";
 import { EventType, type Logger, type OncelyEvent } from "./events.js";
 import { renewClaim } from "./renew-batch.js";
-import { Callback, cancel, Scheduled, schedule } from "./scheduler.js";
+import { Callback, cancel, Scheduled, schedule, scheduleAt } from "./scheduler.js";
 import { bounded, type StoreCallHost } from "./store-call.js";
 import type { Backend, Claim } from "./types.js";
 
@@ -87,6 +87,20 @@ export class Heartbeat extends Scheduled {
     return Math.max(1, Math.floor(this.#host.leaseMs / 3));
   }
 
+  /**
+   * The beat after a successful renewal: the next instant of a grid of one interval, at most one
+   * interval from now. Every claim of one lease length that outlives its first beat then beats on the
+   * same grid, so the renewals of many held claims fall due together and go to the store as one batch
+   * (`renewMany`) per interval instead of one call each; a claim joins the grid with one early beat.
+   * The first beat stays one interval after the claim (work shorter than that never renews), and the
+   * abort deadline does not depend on the cadence: an early beat costs a store call, never safety.
+   */
+  #scheduleBeat(): void {
+    const clock = this.#host.clock;
+    const step = this.#interval();
+    scheduleAt(clock, Math.floor((clock.now() + step) / step) * step, this);
+  }
+
   /** Arms the abort at validFrom + lease − margin, unless it is armed already. */
   #armDeadline(): void {
     if (this.#deadline !== undefined) return;
@@ -120,7 +134,7 @@ export class Heartbeat extends Scheduled {
         if (sentAt > this.#validFrom) this.#validFrom = sentAt;
         cancel(this.#deadline);
         this.#deadline = undefined;
-        schedule(host.clock, this.#interval(), this);
+        this.#scheduleBeat();
       },
       (cause: unknown) => {
         if (this.#stopped) return;

@@ -52,15 +52,22 @@ class Queue {
   #firing = false;
   readonly #clock: Clock;
   readonly #delay: number;
+  /** For a queue of one instant (`scheduleAt`): that instant, and what to do once it has fired. */
+  readonly #at: number | undefined;
+  readonly #fired: (() => void) | undefined;
   readonly #fire = () => this.#onTimer();
 
-  constructor(clock: Clock, delay: number) {
+  constructor(clock: Clock, delay: number, at?: number, fired?: () => void) {
     this.#clock = clock;
     this.#delay = delay;
+    this.#at = at;
+    this.#fired = fired;
   }
 
   add(event: Scheduled): void {
-    event.due = this.#clock.now() + this.#delay;
+    const now = this.#clock.now();
+    const at = this.#at;
+    event.due = at === undefined ? now + this.#delay : at;
     event.queue = this;
     event.next = undefined;
     event.prev = this.tail;
@@ -68,7 +75,10 @@ class Queue {
     else this.tail.next = event;
     this.tail = event;
     if (this.timer === undefined && !this.#firing) {
-      this.timer = this.#clock.setTimeout(this.#fire, this.#delay);
+      this.timer = this.#clock.setTimeout(
+        this.#fire,
+        at === undefined ? this.#delay : Math.max(1, at - now),
+      );
     }
   }
 
@@ -86,7 +96,10 @@ class Queue {
 
   #onTimer(): void {
     this.timer = undefined;
-    const now = this.#clock.now();
+    // A queue of one instant fires once: it leaves its map first, so what its events schedule for
+    // the same instant goes to a new queue (and a new timer) rather than to this spent one.
+    this.#fired?.();
+    const now = this.#at === undefined ? this.#clock.now() : Math.max(this.#at, this.#clock.now());
     // Events run here may add events (a heartbeat's store call adds its deadline): the timer is armed
     // after the loop, for the earliest event left, not by the first add for a full delay (which would
     // hold back the events already waiting behind the ones that ran).
@@ -121,6 +134,32 @@ export function schedule(clock: Clock, delay: number, event: Scheduled): Schedul
   if (queue === undefined) {
     queue = new Queue(clock, ms);
     byDelay.set(ms, queue);
+  }
+  queue.add(event);
+  return event;
+}
+
+const instants = new WeakMap<Clock, Map<number, Queue>>();
+
+/**
+ * Runs `event` once at the instant `at` (whole milliseconds of `clock.now()`, at least 1 ms from now).
+ * Every event scheduled for one instant on one clock shares one queue and one timer, so events that
+ * choose a common instant — heartbeats on a shared grid — fall due in the same turn of the event loop.
+ */
+export function scheduleAt(clock: Clock, at: number, event: Scheduled): Scheduled {
+  const instant = Math.max(Math.ceil(at), Math.floor(clock.now()) + 1);
+  let byInstant = instants.get(clock);
+  if (byInstant === undefined) {
+    byInstant = new Map();
+    instants.set(clock, byInstant);
+  }
+  const map = byInstant;
+  let queue = map.get(instant);
+  if (queue === undefined) {
+    queue = new Queue(clock, 0, instant, () => {
+      if (map.get(instant) === queue) map.delete(instant);
+    });
+    map.set(instant, queue);
   }
   queue.add(event);
   return event;

@@ -98,6 +98,27 @@ describe("heartbeats renew in batches", () => {
     expect(outcomes.every((o) => o.kind === "ran" && o.committed && o.value === false)).toBe(true);
   });
 
+  it("claims taken at different instants join one grid: after their first beat they renew as one batch", async () => {
+    const clock = new ManualClock();
+    const backend = new Counting(clock, true);
+    const gate = deferred();
+    const runs: Array<Promise<unknown>> = [];
+    for (let i = 0; i < 6; i++) {
+      runs.push(
+        lock(`grid-${i}`, () => gate.promise, { backend, clock, leaseMs: LEASE, logger: silentLogger }),
+      );
+      await clock.advance(37); // taken 37 ms apart: their first beats fall due apart
+    }
+    for (let step = 0; step < 12; step++) await clock.advance(100); // 1.2 s: three more intervals and a bit
+    const calls = backend.renews + backend.batches.length;
+    // the first beats are one call each (6); from then on one renewMany of all 6 per interval
+    expect(backend.renews).toBe(6);
+    expect(backend.batches.slice(-2)).toEqual([6, 6]);
+    expect(calls).toBeLessThanOrEqual(6 + 4);
+    gate.resolve();
+    await Promise.all(runs);
+  });
+
   it("a false for one key aborts that key's work alone, with LeaseLostError", async () => {
     const clock = new ManualClock();
     const backend = new Counting(clock, true);

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { ManualClock } from "../../src/core/clock.js";
-import { Callback, schedule } from "../../src/core/scheduler.js";
+import { Callback, cancel, schedule, scheduleAt } from "../../src/core/scheduler.js";
 
 describe("scheduler", () => {
   it("an event added while the queue fires does not hold back the events already waiting", async () => {
@@ -30,5 +30,26 @@ describe("scheduler", () => {
     ]);
     await clock.advance(100);
     expect(ran.at(-1)).toEqual(["c", 200]);
+  });
+
+  it("scheduleAt: events for one instant run together, once; a cancelled one never runs", async () => {
+    const clock = new ManualClock();
+    const at = clock.now() + 50;
+    const ran: string[] = [];
+    scheduleAt(clock, at, new Callback(() => ran.push("a")));
+    await clock.advance(20);
+    const b = scheduleAt(clock, at, new Callback(() => ran.push("b")));
+    scheduleAt(clock, at, new Callback(() => ran.push("c")));
+    cancel(b);
+    await clock.advance(29);
+    expect(ran).toEqual([]);
+    await clock.advance(1);
+    expect(ran).toEqual(["a", "c"]);
+    // what an event of that instant schedules for the same instant (now past) runs 1 ms later
+    scheduleAt(clock, at, new Callback(() => ran.push("d")));
+    await clock.advance(1);
+    expect(ran).toEqual(["a", "c", "d"]);
+    await clock.advance(100);
+    expect(ran).toEqual(["a", "c", "d"]);
   });
 });

@@ -183,7 +183,11 @@ for (const surface of surfaces) {
         return backend.renewals;
       };
       expect(await renewed(false)).toBe(0);
-      expect(await renewed(undefined)).toBe(2);
+      // one renewal per 10 s interval (lease / 3); the second may come early, to join the shared grid
+      // that batches the renewals of all held claims
+      const renewals = await renewed(undefined);
+      expect(renewals).toBeGreaterThanOrEqual(2);
+      expect(renewals).toBeLessThanOrEqual(3);
     });
   });
 }
