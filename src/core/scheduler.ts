@@ -75,10 +75,7 @@ class Queue {
     else this.tail.next = event;
     this.tail = event;
     if (this.timer === undefined && !this.#firing) {
-      this.timer = this.#clock.setTimeout(
-        this.#fire,
-        at === undefined ? this.#delay : Math.max(1, at - now),
-      );
+      this.timer = this.#clock.setTimeout(this.#fire, at === undefined ? this.#delay : Math.max(1, at - now));
     }
   }
 
