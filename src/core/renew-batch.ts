@@ -12,6 +12,14 @@
  */
 import type { Backend, Claim } from "./types.js";
 
+/**
+ * The most renewals one `renewMany` carries. Held claims renew on a shared grid, so all of a
+ * process's claims of one lease length fall due in one tick: 10,000 of them as one PostgreSQL
+ * `UPDATE` took longer than a renewal may (a third of the lease), failed as a whole and was retried
+ * as a whole. Chunks of this size go out together, spread over the pool's connections.
+ */
+export const RENEW_BATCH_MAX = 500;
+
 /** One waiting renewal: the `renewMany` request itself, and where its answer goes. */
 interface Pending {
   readonly claim: Claim;
@@ -54,20 +62,30 @@ class RenewBatch {
       call(() => backend.renew(only.claim, only.leaseMs)).then(only.resolve, only.reject);
       return;
     }
-    call(() => backend.renewMany(batch)).then(
-      (answers) => {
-        for (let i = 0; i < batch.length; i++) {
-          const pending = batch[i] as Pending;
-          const renewed = Array.isArray(answers) ? answers[i] : undefined;
-          if (typeof renewed === "boolean") pending.resolve(renewed);
-          else pending.reject(new Error(`renewMany returned no answer for request ${i}`));
-        }
-      },
-      (error: unknown) => {
-        for (const pending of batch) pending.reject(error);
-      },
-    );
+    for (let start = 0; start < batch.length; start += RENEW_BATCH_MAX) {
+      sendMany(
+        backend,
+        batch.length <= RENEW_BATCH_MAX ? batch : batch.slice(start, start + RENEW_BATCH_MAX),
+      );
+    }
   }
+}
+
+/** One `renewMany` of `batch`, each renewal answered with its own answer or the call's failure. */
+function sendMany(backend: BatchRenewing, batch: Pending[]): void {
+  call(() => backend.renewMany(batch)).then(
+    (answers) => {
+      for (let i = 0; i < batch.length; i++) {
+        const pending = batch[i] as Pending;
+        const renewed = Array.isArray(answers) ? answers[i] : undefined;
+        if (typeof renewed === "boolean") pending.resolve(renewed);
+        else pending.reject(new Error(`renewMany returned no answer for request ${i}`));
+      }
+    },
+    (error: unknown) => {
+      for (const pending of batch) pending.reject(error);
+    },
+  );
 }
 
 /** A backend method's promise, with a synchronous throw turned into a rejection. */

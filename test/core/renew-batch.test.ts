@@ -9,6 +9,7 @@ import { MemoryBackend } from "../../src/backends/memory/index.js";
 import { ManualClock } from "../../src/core/clock.js";
 import { StorageError } from "../../src/core/errors.js";
 import { EventType, type OncelyEvent, silentLogger } from "../../src/core/events.js";
+import { RENEW_BATCH_MAX } from "../../src/core/renew-batch.js";
 import type { BackendCapabilities, Claim } from "../../src/core/types.js";
 import { lock } from "../../src/core/verbs.js";
 
@@ -117,6 +118,18 @@ describe("heartbeats renew in batches", () => {
     expect(calls).toBeLessThanOrEqual(6 + 4);
     gate.resolve();
     await Promise.all(runs);
+  });
+
+  it(`a tick's renewals go out in batches of at most ${RENEW_BATCH_MAX}`, async () => {
+    const clock = new ManualClock();
+    const backend = new Counting(clock, true);
+    const n = 2 * RENEW_BATCH_MAX + 7;
+    const { gate, runs } = hold(backend, clock, n, "chunk");
+    await clock.advance(300);
+    expect(backend.batches).toEqual([RENEW_BATCH_MAX, RENEW_BATCH_MAX, 7]);
+    gate.resolve();
+    const outcomes = await Promise.all(runs);
+    expect(outcomes.every((o) => o.kind === "ran" && o.committed)).toBe(true);
   });
 
   it("a false for one key aborts that key's work alone, with LeaseLostError", async () => {
