@@ -52,4 +52,25 @@ describe("purgeExpired between batches", () => {
     assert.equal(total, 7);
     assert.deepEqual(calls, [3, 3, 3]);
   });
+
+  it("pauses after each batch at least as long as the batch took", async () => {
+    const calls: Array<{ start: number; end: number }> = [];
+    const total = await purgeInBatches(async (limit) => {
+      const start = performance.now();
+      await new Promise((resolve) => setTimeout(resolve, 40));
+      calls.push({ start, end: performance.now() });
+      return calls.length < 3 ? limit : 0;
+    }, 5);
+    assert.equal(total, 10);
+    assert.equal(calls.length, 3);
+    for (let i = 1; i < calls.length; i++) {
+      const batch = calls[i - 1] as { start: number; end: number };
+      const pause = (calls[i] as { start: number }).start - batch.end;
+      // the batch took >= 40 ms; the pause is as long (less a timer's rounding)
+      assert.ok(
+        pause >= batch.end - batch.start - 2,
+        `pause ${pause} ms after a ${batch.end - batch.start} ms batch`,
+      );
+    }
+  });
 });
