@@ -85,6 +85,7 @@ export const postgresDialect: SqlDialect = {
                   (e->>3)::bigint AS ttl
            FROM jsonb_array_elements(:batch::jsonb) AS e) AS b
      WHERE ${on}
+       AND r.key = ANY (ARRAY(SELECT (k->>0) COLLATE "C" FROM jsonb_array_elements(:batch::jsonb) AS k))
      RETURNING r.key, r.fence`,
 };
 
