@@ -533,6 +533,8 @@ export function renderPage(run) {
     "In the targets' tables, ✓ is met, ✗ not met, and — not measured in this run (its note says why).",
     "",
   );
+  // a page assembled from several runs of the same day (a case re-run after a fix) says so
+  if (typeof run.note === "string" && run.note.trim() !== "") push(inline(run.note.trim()), "");
   if (run.machine.loadavg.some((load) => load > run.machine.cpus))
     push(
       `A load average above the ${run.machine.cpus} cores means other work shared the machine during the run:`,
