@@ -1,5 +1,6 @@
 // What the benchmarks share: a closed-loop driver and the median of a row's rounds.
 import { readdirSync, readFileSync } from "node:fs";
+import { createServer } from "node:net";
 import { performance } from "node:perf_hooks";
 
 /** Runs `op(i)` for i in 0..n-1 with `c` workers, each awaiting its last call; returns operations per second. */
@@ -58,4 +59,13 @@ export function commandCpuMs(name) {
     total = (total ?? 0) + (processCpuMs(entry) ?? 0);
   }
   return total;
+}
+
+/** A TCP port that was free on 127.0.0.1 a moment ago (for a private server the bench starts). */
+export async function freePort() {
+  const server = createServer();
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return port;
 }

@@ -27,12 +27,11 @@ import { randomUUID } from "node:crypto";
 import { once } from "node:events";
 import { mkdtempSync, rmSync } from "node:fs";
 import { createRequire, register } from "node:module";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import * as ddb from "@aws-sdk/client-dynamodb";
-import { drive, median, processCpuMs } from "../support.mjs";
+import { drive, freePort, median, processCpuMs } from "../support.mjs";
 
 let utilDynamodb = "@aws-sdk/util-dynamodb";
 try {
@@ -59,16 +58,6 @@ const STORE_TIMEOUT_MS = LEASE_MS / 3;
 const PLATFORM = process.env.ONCELY_GCLOUD_PLATFORM ?? "/usr/lib/google-cloud-sdk/platform";
 const root = fileURLToPath(new URL("../..", import.meta.url));
 process.env.METADATA_SERVER_DETECTION = "none";
-
-async function freePort() {
-  const server = createServer();
-  server.listen(0, "127.0.0.1");
-  await once(server, "listening");
-  const { port } = server.address();
-  server.close();
-  await once(server, "close");
-  return port;
-}
 
 /** Children this script started, stopped by PID at the end (and on a crash). */
 const children = new Set();

@@ -18,10 +18,8 @@
 //   this process, so it has no CPU of its own (storeCpuMs() is undefined).
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { once } from "node:events";
-import { createServer } from "node:net";
 import { join } from "node:path";
-import { commandCpuMs, processCpuMs } from "../support.mjs";
+import { commandCpuMs, freePort, processCpuMs } from "../support.mjs";
 
 /** The stores a case may ask for, in the order the runner lists them. */
 export const STORE_NAMES = ["redis", "postgres", "mysql", "sqlite"];
@@ -45,16 +43,6 @@ const privateName = () => `oncely_scale_${run}_${++serial}`;
 // --- the run's private redis-server ---------------------------------------------------------------
 let redisServer;
 let redisDatabases = 0;
-
-async function freePort() {
-  const server = createServer();
-  server.listen(0, "127.0.0.1");
-  await once(server, "listening");
-  const { port } = server.address();
-  server.close();
-  await once(server, "close");
-  return port;
-}
 
 function startRedis() {
   redisServer ??= (async () => {

@@ -6,10 +6,10 @@
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { pathToFileURL } from "node:url";
+import { freePort } from "../../support.mjs";
 
 export const id = "waiters";
 export const title = "Waiters on one key";
@@ -47,14 +47,6 @@ function counted(backend) {
     },
   });
   return { backend: proxy, calls };
-}
-
-async function freePort() {
-  const server = createServer();
-  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  return port;
 }
 
 // --- stores: a private redis-server (INFO sees this case alone); PostgreSQL's own table -----------
