@@ -67,7 +67,7 @@ export class Heartbeat extends Scheduled {
     this.#claim = claim;
     this.#renewing = renewing;
     this.#validFrom = sentAt;
-    if (renewing) schedule(host.clock, this.#interval(), this);
+    if (renewing) this.#scheduleFirstBeat();
     else this.#armDeadline();
   }
 
@@ -87,13 +87,46 @@ export class Heartbeat extends Scheduled {
     return Math.max(1, Math.floor(this.#host.leaseMs / 3));
   }
 
+  /** How long one renewal may take before it is given up: `min(storeTimeoutMs, interval)`. */
+  #renewDeadline(): number {
+    return Math.min(this.#host.storeTimeoutMs, this.#interval());
+  }
+
+  /**
+   * The first beat: the first instant of the shared grid (see `#scheduleBeat`) at least one interval
+   * from now, so that work shorter than one interval never renews, and the first renewals of claims
+   * taken at different instants still fall due together (one batch per interval, not one per claim
+   * burst). That instant is less than two intervals from now; the renewal sent then, with its
+   * deadline, still ends before the lease can end (`validFrom + lease`):
+   *
+   * ```
+   *  claim sent    now          first beat (grid)      beat + renewal deadline ≤ validFrom + lease
+   *   │─────────────│──── ≥ interval ────│────────── ≤ interval ───────────│
+   * ```
+   *
+   * When a slow claim answer leaves no room for that (the grid point plus the deadline would pass
+   * the lease), the beat is one interval from now, off the grid, as for a claim of its own. The abort
+   * deadline does not depend on this choice: it is armed at the beat, at `validFrom + lease − margin`,
+   * so a first renewal has at least `interval − margin` (0.7 × interval at the default deadline)
+   * before the abort, where a beat one interval after a fast claim had 1.7 × interval.
+   */
+  #scheduleFirstBeat(): void {
+    const clock = this.#host.clock;
+    const step = this.#interval();
+    const now = clock.now();
+    const onGrid = Math.ceil((now + step) / step) * step;
+    if (onGrid + this.#renewDeadline() <= this.#validFrom + this.#host.leaseMs)
+      scheduleAt(clock, onGrid, this);
+    else schedule(clock, step, this);
+  }
+
   /**
    * The beat after a successful renewal: the next instant of a grid of one interval, at most one
    * interval from now. Every claim of one lease length that outlives its first beat then beats on the
    * same grid, so the renewals of many held claims fall due together and go to the store as one batch
-   * (`renewMany`) per interval instead of one call each; a claim joins the grid with one early beat.
-   * The first beat stays one interval after the claim (work shorter than that never renews), and the
-   * abort deadline does not depend on the cadence: an early beat costs a store call, never safety.
+   * (`renewMany`) per interval instead of one call each. The first beat joins the same grid
+   * (`#scheduleFirstBeat`), and the abort deadline does not depend on the cadence: an early beat
+   * costs a store call, never safety.
    */
   #scheduleBeat(): void {
     const clock = this.#host.clock;
@@ -123,7 +156,7 @@ export class Heartbeat extends Scheduled {
     // Read before the renewal is queued: its batch (`renew-batch.ts`) goes out later in this tick,
     // so the lease is counted from no later than the batch's send.
     const sentAt = host.clock.now();
-    const deadline = Math.min(host.storeTimeoutMs, Math.max(1, Math.floor(host.leaseMs / 3)));
+    const deadline = this.#renewDeadline();
     bounded(host, "renew", claim.key, () => renewClaim(host.backend, claim, host.leaseMs), deadline).then(
       (renewed) => {
         if (this.#stopped) return;

@@ -13,12 +13,23 @@
 import type { Backend, Claim } from "./types.js";
 
 /**
- * The most renewals one `renewMany` carries. Held claims renew on a shared grid, so all of a
- * process's claims of one lease length fall due in one tick: 10,000 of them as one PostgreSQL
- * `UPDATE` took longer than a renewal may (a third of the lease), failed as a whole and was retried
- * as a whole. Chunks of this size go out together, spread over the pool's connections.
+ * The most renewals one `renewMany` carries unless the backend declares its own
+ * `capabilities.renewBatchMax`. Held claims renew on a shared grid, so all of a process's claims of
+ * one lease length fall due in one tick, and a store may not answer for all of them within a
+ * renewal's deadline in one call (10,000 as one PostgreSQL `UPDATE` once took longer than a third of
+ * the lease, failed as a whole and was retried as a whole). Chunks go out together, spread over the
+ * pool's connections.
  */
 export const RENEW_BATCH_MAX = 500;
+
+/** The chunk size for `backend`: its declared `renewBatchMax` when that is a whole number ≥ 1. */
+function batchMax(backend: Backend): number {
+  const declared = backend.capabilities.renewBatchMax;
+  if (declared === Number.POSITIVE_INFINITY) return declared;
+  return typeof declared === "number" && Number.isInteger(declared) && declared >= 1
+    ? declared
+    : RENEW_BATCH_MAX;
+}
 
 /** One waiting renewal: the `renewMany` request itself, and where its answer goes. */
 interface Pending {
@@ -62,12 +73,16 @@ class RenewBatch {
       call(() => backend.renew(only.claim, only.leaseMs)).then(only.resolve, only.reject);
       return;
     }
-    for (let start = 0; start < batch.length; start += RENEW_BATCH_MAX) {
-      sendMany(
-        backend,
-        batch.length <= RENEW_BATCH_MAX ? batch : batch.slice(start, start + RENEW_BATCH_MAX),
-      );
+    const max = batchMax(backend);
+    if (batch.length <= max) {
+      sendMany(backend, batch);
+      return;
     }
+    // as few calls as the maximum allows, of even sizes (1,200 at 500: 400 + 400 + 400)
+    const calls = Math.ceil(batch.length / max);
+    const size = Math.ceil(batch.length / calls);
+    for (let start = 0; start < batch.length; start += size)
+      sendMany(backend, batch.slice(start, start + size));
   }
 }
 

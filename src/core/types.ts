@@ -113,6 +113,14 @@ export interface BackendCapabilities {
    * store together. Optional, so that a backend written before it still fits. @default false
    */
   readonly batchRenew?: boolean;
+  /**
+   * The most renewals one `renewMany` call should carry (with `batchRenew`): a tick's renewals go to
+   * the store in calls of at most this many, sent together, so size it so that a call of this many
+   * keys answers well within a renewal's deadline (`min(storeTimeoutMs, leaseMs / 3)`). A backend
+   * that can spread one large call over its connections itself may declare `Infinity`: a tick is
+   * then one call. Optional. @default 500
+   */
+  readonly renewBatchMax?: number;
   /** Several processes may share one store. */
   readonly multiProcess: boolean;
 }

@@ -10,7 +10,7 @@ import { ManualClock } from "../../src/core/clock.js";
 import { StorageError } from "../../src/core/errors.js";
 import { EventType, type OncelyEvent, silentLogger } from "../../src/core/events.js";
 import { RENEW_BATCH_MAX } from "../../src/core/renew-batch.js";
-import type { BackendCapabilities, Claim } from "../../src/core/types.js";
+import type { BackendCapabilities, Claim, ClaimOptions, ClaimOutcome } from "../../src/core/types.js";
 import { lock } from "../../src/core/verbs.js";
 
 /** A memory store that counts its store calls, declaring `batchRenew` as told. */
@@ -21,9 +21,9 @@ class Counting extends MemoryBackend {
   failing = 0;
   override readonly capabilities: BackendCapabilities;
 
-  constructor(clock: ManualClock, batchRenew: boolean) {
+  constructor(clock: ManualClock, batchRenew: boolean, more: Partial<BackendCapabilities> = {}) {
     super({ clock });
-    this.capabilities = { ...new MemoryBackend().capabilities, batchRenew };
+    this.capabilities = { ...new MemoryBackend().capabilities, batchRenew, ...more };
   }
 
   override renew(claim: Claim, leaseMs: number): Promise<boolean> {
@@ -54,6 +54,8 @@ function deferred() {
 }
 
 const LEASE = 900; // a heartbeat every 300 ms
+/** The tests' start: a multiple of 300 ms, an instant of the heartbeats' shared grid. */
+const T0 = 1_700_000_000_100;
 
 /** `n` locks started in one tick, each holding its claim until `gate` opens. */
 function hold(backend: Counting, clock: ManualClock, n: number, prefix: string) {
@@ -85,7 +87,7 @@ function hold(backend: Counting, clock: ManualClock, n: number, prefix: string) 
 
 describe("heartbeats renew in batches", () => {
   it("N heartbeats due in one tick are one renewMany; the claims outlive their first lease", async () => {
-    const clock = new ManualClock();
+    const clock = new ManualClock(T0);
     const backend = new Counting(clock, true);
     const { gate, runs } = hold(backend, clock, 25, "tick");
     for (let beat = 1; beat <= 4; beat++) await clock.advance(300);
@@ -99,41 +101,103 @@ describe("heartbeats renew in batches", () => {
     expect(outcomes.every((o) => o.kind === "ran" && o.committed && o.value === false)).toBe(true);
   });
 
-  it("claims taken at different instants join one grid: after their first beat they renew as one batch", async () => {
-    const clock = new ManualClock();
+  it("claims taken at different instants join one grid from their first beat, one renewMany per interval", async () => {
+    const clock = new ManualClock(T0);
     const backend = new Counting(clock, true);
     const gate = deferred();
     const runs: Array<Promise<unknown>> = [];
+    await clock.advance(10);
     for (let i = 0; i < 6; i++) {
       runs.push(
         lock(`grid-${i}`, () => gate.promise, { backend, clock, leaseMs: LEASE, logger: silentLogger }),
       );
-      await clock.advance(37); // taken 37 ms apart: their first beats fall due apart
+      await clock.advance(37); // taken 37 ms apart, from 10 to 195 ms
     }
-    for (let step = 0; step < 12; step++) await clock.advance(100); // 1.2 s: three more intervals and a bit
-    const calls = backend.renews + backend.batches.length;
-    // the first beats are one call each (6); from then on one renewMany of all 6 per interval
-    expect(backend.renews).toBe(6);
-    expect(backend.batches.slice(-2)).toEqual([6, 6]);
-    expect(calls).toBeLessThanOrEqual(6 + 4);
+    // the grid of 300 ms: each first beat is the first grid point at least 300 ms after its claim,
+    // 600 for all six (one interval after each claim would be 310…495 ms: six calls of one key)
+    for (let step = 0; step < 12; step++) await clock.advance(100); // to 1,432 ms
+    expect(backend.renews).toBe(0);
+    expect(backend.batches).toEqual([6, 6, 6]);
     gate.resolve();
     await Promise.all(runs);
   });
 
-  it(`a tick's renewals go out in batches of at most ${RENEW_BATCH_MAX}`, async () => {
-    const clock = new ManualClock();
+  it("work shorter than one interval never renews, even when a grid point falls within it", async () => {
+    const clock = new ManualClock(T0);
+    const backend = new Counting(clock, true);
+    await clock.advance(250); // the claim at 250: the grid point 300 is 50 ms on
+    const gate = deferred();
+    const run = lock("short", () => gate.promise, { backend, clock, leaseMs: LEASE, logger: silentLogger });
+    await clock.advance(299);
+    gate.resolve();
+    expect(await run).toMatchObject({ kind: "ran", committed: true });
+    await clock.advance(600);
+    expect(backend.renews + backend.batches.length).toBe(0);
+  });
+
+  it("a claim answered late beats one interval after its answer, off the grid: its renewal fits its lease", async () => {
+    const clock = new ManualClock(T0);
+    // the claim call takes 300 ms: sent at 50, answered at 350. The grid point at least one interval
+    // on (900) plus the renewal's deadline (300) would pass the lease's end (50 + 900); a beat at 900
+    // would even come after the abort (950 − 90).
+    class Slow extends Counting {
+      override async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
+        const outcome = await super.claim(key, options);
+        clock.set(clock.now() + 300);
+        return outcome;
+      }
+    }
+    const backend = new Slow(clock, true);
+    await clock.advance(50);
+    const gate = deferred();
+    const run = lock("late", () => gate.promise, {
+      backend,
+      clock,
+      leaseMs: LEASE,
+      storeTimeoutMs: 450,
+      logger: silentLogger,
+    });
+    for (let i = 0; i < 10; i++) await Promise.resolve();
+    expect(clock.now()).toBe(T0 + 350);
+    await clock.advance(300); // 650: one interval after the answer
+    expect(backend.renews).toBe(1);
+    await clock.advance(900);
+    gate.resolve();
+    expect(await run).toMatchObject({ kind: "ran", committed: true });
+  });
+
+  it(`a tick's renewals go out in as few batches of at most ${RENEW_BATCH_MAX} as hold them, of even sizes`, async () => {
+    const clock = new ManualClock(T0);
     const backend = new Counting(clock, true);
     const n = 2 * RENEW_BATCH_MAX + 7;
     const { gate, runs } = hold(backend, clock, n, "chunk");
     await clock.advance(300);
-    expect(backend.batches).toEqual([RENEW_BATCH_MAX, RENEW_BATCH_MAX, 7]);
+    expect(backend.batches).toEqual([336, 336, 335]);
+    gate.resolve();
+    const outcomes = await Promise.all(runs);
+    expect(outcomes.every((o) => o.kind === "ran" && o.committed)).toBe(true);
+  });
+
+  it.each([
+    [2_000, [1_007]],
+    [Number.POSITIVE_INFINITY, [1_007]],
+    [400, [336, 336, 335]],
+    [0, [336, 336, 335]],
+    [Number.NaN, [336, 336, 335]],
+    [2.5, [336, 336, 335]],
+  ])("capabilities.renewBatchMax %s sizes a tick's batches: %j", async (max, batches) => {
+    const clock = new ManualClock(T0);
+    const backend = new Counting(clock, true, { renewBatchMax: max });
+    const { gate, runs } = hold(backend, clock, 1_007, "max");
+    await clock.advance(300);
+    expect(backend.batches).toEqual(batches);
     gate.resolve();
     const outcomes = await Promise.all(runs);
     expect(outcomes.every((o) => o.kind === "ran" && o.committed)).toBe(true);
   });
 
   it("a false for one key aborts that key's work alone, with LeaseLostError", async () => {
-    const clock = new ManualClock();
+    const clock = new ManualClock(T0);
     const backend = new Counting(clock, true);
     const { gate, events, claims, signals, runs } = hold(backend, clock, 10, "lost");
     await clock.advance(1);
@@ -153,7 +217,7 @@ describe("heartbeats renew in batches", () => {
   });
 
   it("a rejected batch is a failed renewal of each of its keys, retried; nothing is lost", async () => {
-    const clock = new ManualClock();
+    const clock = new ManualClock(T0);
     const backend = new Counting(clock, true);
     backend.failing = 1;
     const { gate, events, signals, runs } = hold(backend, clock, 6, "retry");
@@ -174,7 +238,7 @@ describe("heartbeats renew in batches", () => {
   });
 
   it("one renewal in a tick goes out as a plain renew", async () => {
-    const clock = new ManualClock();
+    const clock = new ManualClock(T0);
     const backend = new Counting(clock, true);
     const { gate, runs } = hold(backend, clock, 1, "single");
     await clock.advance(300);
@@ -186,7 +250,7 @@ describe("heartbeats renew in batches", () => {
   });
 
   it("batchRenew: false — a renewMany the backend has but does not declare is never called", async () => {
-    const clock = new ManualClock();
+    const clock = new ManualClock(T0);
     const backend = new Counting(clock, false);
     const { gate, runs } = hold(backend, clock, 5, "undeclared");
     await clock.advance(300);
