@@ -80,20 +80,31 @@ export async function run(ctx) {
           const work = async () => {
             ran++;
           };
-          // a stride through the held keys coprime with any size, so that a pass reads keys all over
-          const dup = await measure(store, n.dup, async (i) => {
-            const key = `held-${(i * 7_919 + round * 104_729) % size}`;
-            const outcome = await lock(key, work, store.options);
-            if (outcome.kind !== "duplicate")
-              throw new Error(`${name}: held key ${key} answered ${outcome.kind}`);
-          });
+          const duplicates = () =>
+            measure(store, n.dup, async (i) => {
+              const key = heldKey(size, n.dup, 2 * round, i);
+              const outcome = await lock(key, work, store.options);
+              if (outcome.kind !== "duplicate")
+                throw new Error(`${name}: held key ${key} answered ${outcome.kind}`);
+            });
+          // the store's own floor for a duplicate: one raw read of a held record by its primary key,
+          // on the same client or pool, keys of the same spread that neither pass has read before
+          // (reading the keys the duplicates had just read would find them in the store's cache)
+          const reads = () =>
+            measure(store, n.dup, (i) => store.floor.readRecord(heldKey(size, n.dup, 2 * round + 1, i)));
+          // which of the two goes first alternates, so that neither always follows the new keys' writes
+          let dup;
+          let read;
+          if (round % 2 === 0) {
+            dup = await duplicates();
+            read = await reads();
+          } else {
+            read = await reads();
+            dup = await duplicates();
+          }
           if (ran > 0) throw new Error(`${name}: work ran ${ran} times on held (done) keys`);
           samples[at].dupOps.push(dup.ops);
           samples[at].dupCpu.push(dup.cpu);
-          // the store's own floor for a duplicate: one raw read of a held record, same keys
-          const read = await measure(store, n.dup, (i) =>
-            store.floor.readRecord(`held-${(i * 7_919 + round * 104_729) % size}`),
-          );
           samples[at].readOps.push(read.ops);
         }
       }
@@ -200,6 +211,13 @@ export async function run(ctx) {
 }
 
 const noop = async () => undefined;
+
+/**
+ * The `i`-th held key of pass `pass` (of `n` calls) in a store of `size`: a stride coprime with any
+ * size through the keys, each pass its own stretch of it, so that a pass reads keys all over and, up
+ * to `size` keys in all, none that an earlier pass read.
+ */
+const heldKey = (size, n, pass, i) => `held-${((pass * n + i) * 7_919) % size}`;
 
 /** ops/s of `n` calls at C, with this process's and the store's CPU µs per call. */
 async function measure(store, n, op) {
