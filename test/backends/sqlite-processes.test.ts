@@ -92,6 +92,36 @@ describe("sqlite across OS processes on one database file", () => {
     await backend.close();
   });
 
+  it("a done key and another call's live claim are answered while another writer holds the lock", async () => {
+    const file = join(dir, "reports.db");
+    const clock = new ManualClock();
+    const backend = new SqliteBackend({ database: file, busyTimeoutMs: 50, clock });
+    const options = (token: string) => ({ leaseMs: 60_000, ttlMs: 60_000, token });
+    const done = await backend.claim("done", options("a"));
+    if (done.kind !== "won") throw new Error("not won");
+    expect(await backend.complete(done.claim, { ttlMs: 60_000, result: Buffer.from("r") })).toBe(true);
+    expect((await backend.claim("held", options("b"))).kind).toBe("won");
+    const other = new Database(file);
+    other.prepare("BEGIN IMMEDIATE").run();
+    try {
+      // reports write nothing: one read, no write lock to wait for
+      const duplicate = await backend.claim("done", options("c"));
+      expect(duplicate.kind).toBe("done");
+      expect(duplicate.kind === "done" && Buffer.from(duplicate.result ?? []).toString()).toBe("r");
+      expect((await backend.claim("held", options("c"))).kind).toBe("held");
+      // a claim that writes (a new key, the holder's own retry) still needs the lock
+      await expect(backend.claim("new", options("c"))).rejects.toBeInstanceOf(StorageError);
+      await expect(backend.claim("held", options("b"))).rejects.toBeInstanceOf(StorageError);
+    } finally {
+      other.prepare("COMMIT").run();
+      other.close();
+    }
+    expect((await backend.claim("held", options("b"))).kind).toBe("won");
+    await clock.advance(120_001);
+    expect((await backend.claim("done", options("d"))).kind).toBe("won");
+    await backend.close();
+  });
+
   it("rejects an unsafe table name and a missing database", () => {
     expect(
       () => new SqliteBackend({ database: join(dir, "x.db"), table: 'records"; DROP TABLE x; --' }),

@@ -284,14 +284,21 @@ export class SqliteBackend extends SqlBackend<"now"> {
   }
 
   /**
-   * claim (`planClaim` inside one immediate transaction): succeeds (`won`) when the key is absent,
-   * expired, corrupt, lapsed or carries this call's own token; otherwise reports `held` (live lease)
-   * or `done` (finished, within ttl).
+   * claim (`planClaim`): succeeds (`won`) when the key is absent, expired, corrupt, lapsed or carries
+   * this call's own token; otherwise reports `held` (live lease) or `done` (finished, within ttl).
+   *
+   * A report writes nothing, so it is answered from one plain read of the last committed row (WAL:
+   * a snapshot, no lock), true at the instant of that read like any report; only a claim that writes
+   * takes the write lock, in one immediate transaction that reads the row again and decides on it.
+   * A duplicate thus costs one read, as on MySQL, and is answered while another process writes.
    */
   override async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
     const p = await this.#ready();
     const db = this.#db as SqliteDatabaseLike;
     try {
+      const now = this.#clock.now();
+      const seen = planClaim(rowToObserved(this.#row(p, key, now)), key, now, options);
+      if (seen.write === undefined) return seen.outcome;
       const step = db.transaction((): ClaimOutcome => {
         const now = this.#clock.now();
         const plan: Plan<ClaimOutcome> = planClaim(rowToObserved(this.#row(p, key, now)), key, now, options);
