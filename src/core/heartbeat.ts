@@ -24,9 +24,9 @@
  * deadline and retry.
  */
 import type { Clock } from "./clock.js";
-import { LeaseLostError, storageError } from "./errors.js";
+import { LeaseLostError, StorageError, storageError } from "./errors.js";
 import { EventType, type Logger, type OncelyEvent } from "./events.js";
-import { renewClaim } from "./renew-batch.js";
+import { queueRenewal, type RenewRequest, type RenewTarget, renewsInBatches } from "./renew-batch.js";
 import { Callback, cancel, Scheduled, schedule, scheduleAt } from "./scheduler.js";
 import { bounded, type StoreCallHost } from "./store-call.js";
 import type { Backend, Claim } from "./types.js";
@@ -44,15 +44,30 @@ export function abortMargin(leaseMs: number): number {
   return Math.max(1, Math.ceil(leaseMs / 10));
 }
 
-/** A running heartbeat (or, with renewals off, just the abort deadline), and the work's signal. */
-export class Heartbeat extends Scheduled {
+/**
+ * A running heartbeat (or, with renewals off, just the abort deadline), and the work's signal.
+ *
+ * A beat allocates nothing on a backend that renews in batches: the claim's renewal request, its
+ * abort deadline and its renewal deadline are objects made at the first beat and reused; the answer
+ * comes back as a call (`RenewTarget`), tagged with the attempt's number so that a late answer to an
+ * attempt already given up is ignored.
+ */
+export class Heartbeat extends Scheduled implements RenewTarget {
   readonly #host: HeartbeatHost;
   readonly #claim: Claim;
   readonly #renewing: boolean;
   /** When the last successful claim or renew was sent. */
   #validFrom: number;
   #stopped = false;
+  /** The abort deadline's event (made once, armed again after each lapse of renewals). */
   #deadline: Callback | undefined;
+  /** The renewal in flight's deadline (made once); the renewal in flight, 0 for none; the last number. */
+  #timeout: Callback | undefined;
+  #attempt = 0;
+  #attempts = 0;
+  /** When the renewal in flight was sent (queued). */
+  #sentAt = 0;
+  #request: RenewRequest | undefined;
   #retry: ReturnType<Clock["setTimeout"]> | undefined;
   #controller: AbortController | undefined;
   #lost: LeaseLostError | undefined;
@@ -136,7 +151,8 @@ export class Heartbeat extends Scheduled {
 
   /** Arms the abort at validFrom + lease − margin, unless it is armed already. */
   #armDeadline(): void {
-    if (this.#deadline !== undefined) return;
+    if (this.#deadline === undefined) this.#deadline = new Callback(() => this.#expire());
+    else if (this.#deadline.pending) return;
     const { clock, leaseMs } = this.#host;
     const margin = abortMargin(leaseMs);
     const at = this.#validFrom + leaseMs - margin;
@@ -144,7 +160,7 @@ export class Heartbeat extends Scheduled {
     // timer queues; the abort fires at most that much early, never late.
     const step = Math.max(1, Math.floor(margin / 4));
     const delay = Math.max(1, Math.floor((at - clock.now()) / step) * step);
-    this.#deadline = schedule(clock, delay, new Callback(() => this.#expire())) as Callback;
+    schedule(clock, delay, this.#deadline);
   }
 
   /** The scheduled beat: renew, with the abort deadline armed until a renewal succeeds. */
@@ -155,38 +171,67 @@ export class Heartbeat extends Scheduled {
     const claim = this.#claim;
     // Read before the renewal is queued: its batch (`renew-batch.ts`) goes out later in this tick,
     // so the lease is counted from no later than the batch's send.
-    const sentAt = host.clock.now();
-    const deadline = this.#renewDeadline();
-    bounded(host, "renew", claim.key, () => renewClaim(host.backend, claim, host.leaseMs), deadline).then(
-      (renewed) => {
-        if (this.#stopped) return;
-        if (!renewed) {
-          this.#lose("claim lost: the fence moved (another holder took over)");
-          return;
-        }
-        if (sentAt > this.#validFrom) this.#validFrom = sentAt;
-        cancel(this.#deadline);
-        this.#deadline = undefined;
-        this.#scheduleBeat();
+    this.#sentAt = host.clock.now();
+    const attempt = ++this.#attempts;
+    this.#attempt = attempt;
+    const ms = this.#renewDeadline();
+    if (renewsInBatches(host.backend)) {
+      if (this.#timeout === undefined) this.#timeout = new Callback(() => this.#timedOut(ms));
+      schedule(host.clock, ms, this.#timeout);
+      if (this.#request === undefined) this.#request = { claim, leaseMs: host.leaseMs };
+      queueRenewal(host.backend, this.#request, this, attempt);
+      return;
+    }
+    bounded(host, "renew", claim.key, () => host.backend.renew(claim, host.leaseMs), ms).then(
+      (renewed) => this.renewed(attempt, renewed),
+      (cause: unknown) => this.failed(attempt, cause),
+    );
+  }
+
+  /** A batched renewal that has not answered within its deadline: a failed renewal, as `bounded`'s. */
+  #timedOut(ms: number): void {
+    const error = new StorageError(`renew did not answer within ${ms} ms (storeTimeoutMs)`, {
+      backend: this.#host.backend.name,
+      operation: "renew",
+      key: this.#claim.key,
+    });
+    this.failed(this.#attempt, error);
+  }
+
+  /** @internal The store's answer to renewal `attempt` (ignored unless it is the one in flight). */
+  renewed(attempt: number, renewed: boolean): void {
+    if (attempt !== this.#attempt || this.#stopped) return;
+    this.#attempt = 0;
+    cancel(this.#timeout);
+    if (!renewed) {
+      this.#lose("claim lost: the fence moved (another holder took over)");
+      return;
+    }
+    if (this.#sentAt > this.#validFrom) this.#validFrom = this.#sentAt;
+    cancel(this.#deadline);
+    this.#scheduleBeat();
+  }
+
+  /** @internal Renewal `attempt` failed or timed out (ignored unless it is the one in flight). */
+  failed(attempt: number, cause: unknown): void {
+    if (attempt !== this.#attempt || this.#stopped) return;
+    this.#attempt = 0;
+    cancel(this.#timeout);
+    const host = this.#host;
+    const claim = this.#claim;
+    const error = storageError(host.backend.name, "renew", claim.key, cause);
+    host.emit(EventType.StorageError, { fence: claim.fence, error, detail: "renew" });
+    // Try again soon: the abort deadline, not the cadence, bounds how long this may go on.
+    this.#retry = host.clock.setTimeout(
+      () => {
+        this.#retry = undefined;
+        this.run();
       },
-      (cause: unknown) => {
-        if (this.#stopped) return;
-        const error = storageError(host.backend.name, "renew", claim.key, cause);
-        host.emit(EventType.StorageError, { fence: claim.fence, error, detail: "renew" });
-        // Try again soon: the abort deadline, not the cadence, bounds how long this may go on.
-        this.#retry = host.clock.setTimeout(
-          () => {
-            this.#retry = undefined;
-            this.run();
-          },
-          Math.max(1, Math.floor(host.leaseMs / 6)),
-        );
-      },
+      Math.max(1, Math.floor(host.leaseMs / 6)),
     );
   }
 
   #expire(): void {
-    this.#deadline = undefined;
     if (this.#stopped) return;
     this.#lose(
       this.#renewing
@@ -220,7 +265,8 @@ export class Heartbeat extends Scheduled {
     this.#stopped = true;
     cancel(this);
     cancel(this.#deadline);
-    this.#deadline = undefined;
+    cancel(this.#timeout);
+    this.#attempt = 0;
     if (this.#retry !== undefined) this.#host.clock.clearTimeout(this.#retry);
     this.#retry = undefined;
   }

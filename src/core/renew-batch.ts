@@ -9,6 +9,10 @@
  * Each renewal still answers for its own key: the batch's answer for it (`false` when its fence
  * moved), or the batch's rejection, which every key of the batch receives as its own failure. The
  * caller (`Heartbeat`) bounds each renewal by its own deadline, as for a single `renew`.
+ *
+ * A queued renewal is answered by a call on its `RenewTarget`, not through a promise: with thousands
+ * of claims renewing each interval, a promise, its executor and its callbacks per key per beat were
+ * most of the heartbeat's allocations, and so of its garbage-collection time.
  */
 import type { Backend, Claim } from "./types.js";
 
@@ -31,76 +35,123 @@ function batchMax(backend: Backend): number {
     : RENEW_BATCH_MAX;
 }
 
-/** One waiting renewal: the `renewMany` request itself, and where its answer goes. */
-interface Pending {
+/** The renewal a `renewMany` request carries (built once per claim and reused at every beat). */
+export interface RenewRequest {
   readonly claim: Claim;
   readonly leaseMs: number;
-  readonly resolve: (renewed: boolean) => void;
-  readonly reject: (error: unknown) => void;
+}
+
+/** Where a queued renewal's answer goes; `attempt` is the number it was queued with. */
+export interface RenewTarget {
+  /** The store answered for this key: `true` renewed, `false` the fence moved. */
+  renewed(attempt: number, renewed: boolean): void;
+  /** The call for this key failed (the batch rejected, or gave no answer for this key). */
+  failed(attempt: number, error: unknown): void;
 }
 
 type BatchRenewing = Backend & Required<Pick<Backend, "renewMany">>;
 
-/** The queue of one backend's renewals for the current tick. */
+/** The queue of one backend's renewals for the current tick: requests, and where each answer goes. */
 class RenewBatch {
   readonly #backend: BatchRenewing;
-  #queue: Pending[] | undefined;
+  #requests: RenewRequest[] | undefined;
+  #targets: RenewTarget[] = [];
+  #attempts: number[] = [];
   readonly #flush = () => this.#send();
 
   constructor(backend: BatchRenewing) {
     this.#backend = backend;
   }
 
-  renew(claim: Claim, leaseMs: number): Promise<boolean> {
-    return new Promise<boolean>((resolve, reject) => {
-      let queue = this.#queue;
-      if (queue === undefined) {
-        queue = this.#queue = [];
-        setImmediate(this.#flush);
-      }
-      queue.push({ claim, leaseMs, resolve, reject });
-    });
+  add(request: RenewRequest, target: RenewTarget, attempt: number): void {
+    let requests = this.#requests;
+    if (requests === undefined) {
+      requests = this.#requests = [];
+      this.#targets = [];
+      this.#attempts = [];
+      setImmediate(this.#flush);
+    }
+    requests.push(request);
+    this.#targets.push(target);
+    this.#attempts.push(attempt);
   }
 
   #send(): void {
-    const batch = this.#queue;
-    this.#queue = undefined;
-    if (batch === undefined || batch.length === 0) return;
+    const requests = this.#requests;
+    const targets = this.#targets;
+    const attempts = this.#attempts;
+    this.#requests = undefined;
+    if (requests === undefined || requests.length === 0) return;
     const backend = this.#backend;
-    const only = batch.length === 1 ? batch[0] : undefined;
-    if (only !== undefined) {
+    if (requests.length === 1) {
       // one renewal this tick: the plain call, the same round trip without the batch's bookkeeping
-      call(() => backend.renew(only.claim, only.leaseMs)).then(only.resolve, only.reject);
+      const { claim, leaseMs } = requests[0] as RenewRequest;
+      const target = targets[0] as RenewTarget;
+      const attempt = attempts[0] as number;
+      call(() => backend.renew(claim, leaseMs)).then(
+        (renewed) => answer(target, attempt, renewed),
+        (error: unknown) => fail(target, attempt, error),
+      );
       return;
     }
     const max = batchMax(backend);
-    if (batch.length <= max) {
-      sendMany(backend, batch);
+    if (requests.length <= max) {
+      sendMany(backend, requests, targets, attempts);
       return;
     }
     // as few calls as the maximum allows, of even sizes (1,200 at 500: 400 + 400 + 400)
-    const calls = Math.ceil(batch.length / max);
-    const size = Math.ceil(batch.length / calls);
-    for (let start = 0; start < batch.length; start += size)
-      sendMany(backend, batch.slice(start, start + size));
+    const calls = Math.ceil(requests.length / max);
+    const size = Math.ceil(requests.length / calls);
+    for (let start = 0; start < requests.length; start += size) {
+      const end = start + size;
+      sendMany(backend, requests.slice(start, end), targets.slice(start, end), attempts.slice(start, end));
+    }
   }
 }
 
-/** One `renewMany` of `batch`, each renewal answered with its own answer or the call's failure. */
-function sendMany(backend: BatchRenewing, batch: Pending[]): void {
-  call(() => backend.renewMany(batch)).then(
+/** One `renewMany` of `requests`, each answered with its own answer or the call's failure. */
+function sendMany(
+  backend: BatchRenewing,
+  requests: RenewRequest[],
+  targets: RenewTarget[],
+  attempts: number[],
+): void {
+  call(() => backend.renewMany(requests)).then(
     (answers) => {
-      for (let i = 0; i < batch.length; i++) {
-        const pending = batch[i] as Pending;
-        const renewed = Array.isArray(answers) ? answers[i] : undefined;
-        if (typeof renewed === "boolean") pending.resolve(renewed);
-        else pending.reject(new Error(`renewMany returned no answer for request ${i}`));
+      const list = Array.isArray(answers) ? answers : [];
+      for (let i = 0; i < targets.length; i++) {
+        const renewed = list[i];
+        if (typeof renewed === "boolean") answer(targets[i] as RenewTarget, attempts[i] as number, renewed);
+        else {
+          fail(
+            targets[i] as RenewTarget,
+            attempts[i] as number,
+            new Error(`renewMany returned no answer for request ${i}`),
+          );
+        }
       }
     },
     (error: unknown) => {
-      for (const pending of batch) pending.reject(error);
+      for (let i = 0; i < targets.length; i++) fail(targets[i] as RenewTarget, attempts[i] as number, error);
     },
   );
+}
+
+/** One target's answer; a target that throws does not keep the answer from the others. */
+function answer(target: RenewTarget, attempt: number, renewed: boolean): void {
+  try {
+    target.renewed(attempt, renewed);
+  } catch {
+    // the target reports its own failures
+  }
+}
+
+function fail(target: RenewTarget, attempt: number, error: unknown): void {
+  try {
+    target.failed(attempt, error);
+  } catch {
+    // the target reports its own failures
+  }
 }
 
 /** A backend method's promise, with a synchronous throw turned into a rejection. */
@@ -115,19 +166,27 @@ function call<T>(method: () => Promise<T>): Promise<T> {
 const batches = new WeakMap<Backend, RenewBatch>();
 
 /**
- * Renews `claim` for `leaseMs`, answering exactly as `backend.renew` would. When the backend declares
- * `capabilities.batchRenew` and has `renewMany`, the renewal joins this tick's batch for that backend;
- * otherwise it is `backend.renew` itself (a declaration without the method is not trusted: each key
- * is renewed on its own, as for any backend).
+ * Whether `backend` renews in batches: it declares `capabilities.batchRenew` and has `renewMany` (a
+ * declaration without the method is not trusted: each key is renewed on its own, as for any backend).
  */
-export function renewClaim(backend: Backend, claim: Claim, leaseMs: number): Promise<boolean> {
-  if (backend.capabilities?.batchRenew !== true || typeof backend.renewMany !== "function") {
-    return backend.renew(claim, leaseMs);
-  }
+export function renewsInBatches(backend: Backend): boolean {
+  return backend.capabilities?.batchRenew === true && typeof backend.renewMany === "function";
+}
+
+/**
+ * Queues `request` into this tick's batch for `backend` (which `renewsInBatches`); its answer, exactly
+ * what `backend.renew` would answer, goes to `target` with `attempt`. The caller bounds the wait.
+ */
+export function queueRenewal(
+  backend: Backend,
+  request: RenewRequest,
+  target: RenewTarget,
+  attempt: number,
+): void {
   let batch = batches.get(backend);
   if (batch === undefined) {
     batch = new RenewBatch(backend as BatchRenewing);
     batches.set(backend, batch);
   }
-  return batch.renew(claim, leaseMs);
+  batch.add(request, target, attempt);
 }

@@ -237,6 +237,38 @@ describe("heartbeats renew in batches", () => {
     expect((await Promise.all(runs)).every((o) => o.kind === "ran" && o.committed)).toBe(true);
   });
 
+  it("a batch past the renewal's deadline is a failed renewal of each key, retried; its late answer is ignored", async () => {
+    const clock = new ManualClock(T0);
+    const backend = new Counting(clock, true);
+    // the first batch answers only when told, and then that every fence moved
+    let answerLate!: () => void;
+    const late = new Promise<void>((resolve) => {
+      answerLate = resolve;
+    });
+    const first = backend.renewMany.bind(backend);
+    let calls = 0;
+    backend.renewMany = (requests) => {
+      if (++calls > 1) return first(requests);
+      backend.batches.push(requests.length);
+      return late.then(() => requests.map(() => false));
+    };
+    const { gate, events, signals, runs } = hold(backend, clock, 4, "late");
+    await clock.advance(300); // the beat
+    await clock.advance(300); // its deadline (min(storeTimeoutMs, 300))
+    const failures = events.filter((e) => e.type === EventType.StorageError && e.detail === "renew");
+    expect(failures).toHaveLength(4);
+    expect((failures[0]?.error as Error | undefined)?.message).toMatch(/did not answer within 300 ms/);
+    await clock.advance(150); // the retries, answered
+    expect(backend.renews + backend.batches.slice(1).reduce((a, b) => a + b, 0)).toBe(4);
+    answerLate();
+    await clock.advance(1);
+    expect(signals.some((s) => s?.aborted)).toBe(false);
+    await clock.advance(900);
+    expect(signals.some((s) => s?.aborted)).toBe(false);
+    gate.resolve();
+    expect((await Promise.all(runs)).every((o) => o.kind === "ran" && o.committed)).toBe(true);
+  });
+
   it("one renewal in a tick goes out as a plain renew", async () => {
     const clock = new ManualClock(T0);
     const backend = new Counting(clock, true);
