@@ -1,11 +1,14 @@
 // Item 4 of issue 28: `purgeExpired` under live traffic on PostgreSQL, MySQL/MariaDB and SQLite.
 // The table holds N expired and N live done records (bulk copies of one record made through oncely).
-// Live traffic (half new keys, half duplicates of live records) is first driven closed-loop to find its
-// capacity, then open-loop at half of it: per-op latency without a purge, then while `purgeExpired`
-// runs. Counted: live rows before and after (exact), expired rows left after, the purge's rows/s.
+// Live traffic (half new keys, half duplicates of live records) is warmed up and driven closed-loop to
+// find its capacity, then open-loop at half of it. Each store is purged in rounds (see roundsOf), each
+// on a fresh load of N expired rows with the table settled first, and each with its own windows without
+// a purge just before and after it: one p99 over one window is at the mercy of a single stall of the
+// machine, so the rounds show the spread. Counted: live rows before and after (exact), expired rows
+// left after, the purge's rows/s; per window the event loop's longest delay and the pool's waits.
 import { spawn } from "node:child_process";
 import { join } from "node:path";
-import { performance } from "node:perf_hooks";
+import { monitorEventLoopDelay, performance } from "node:perf_hooks";
 import { openStore } from "../stores.mjs";
 
 export const id = "purge";
@@ -20,10 +23,15 @@ function quantile(sorted, q) {
   if (sorted.length === 0) return Number.NaN;
   return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)];
 }
-const round = (v, digits = 2) => Math.round(v * 10 ** digits) / 10 ** digits;
+const roundTo = (v, digits = 2) => Math.round(v * 10 ** digits) / 10 ** digits;
 function latency(values) {
   const sorted = [...values].sort((a, b) => a - b);
-  return { n: sorted.length, p50: round(quantile(sorted, 0.5)), p99: round(quantile(sorted, 0.99)) };
+  return {
+    n: sorted.length,
+    p50: roundTo(quantile(sorted, 0.5)),
+    p99: roundTo(quantile(sorted, 0.99)),
+    max: roundTo(sorted.at(-1) ?? Number.NaN),
+  };
 }
 
 /** Counts rows by key prefix in the store's own table (exact COUNT). */
@@ -79,10 +87,15 @@ async function closedLoop(op, ms) {
 
 /**
  * Open loop at `rate` ops/s until `until()` is true (checked every tick, at least `minMs`): each op is
- * due at its schedule, and its latency runs from when it was due (a late start counts).
+ * due at its schedule, and its latency runs from when it was due (a late start counts). Also reported:
+ * the event loop's longest delay (perf_hooks) and the most calls seen waiting for a pool connection
+ * (`waiting()`, sampled every tick).
  */
-async function openLoop(op, rate, minMs, until) {
+async function openLoop(op, rate, minMs, until, waiting = () => 0) {
   const latencies = [];
+  const loop = monitorEventLoopDelay({ resolution: 5 });
+  loop.enable();
+  let poolWaitingMax = 0;
   const pending = new Set();
   const start = now();
   let issued = 0;
@@ -100,11 +113,92 @@ async function openLoop(op, rate, minMs, until) {
       pending.add(p);
       p.finally(() => pending.delete(p));
     }
+    poolWaitingMax = Math.max(poolWaitingMax, waiting());
     if (stop) break;
     await sleep(2);
   }
   await Promise.all(pending);
-  return { ...latency(latencies), latencies, errors, ms: now() - start };
+  loop.disable();
+  const loopDelayMaxMs = roundTo(loop.max / 1e6, 1);
+  return { ...latency(latencies), latencies, errors, ms: now() - start, loopDelayMaxMs, poolWaitingMax };
+}
+
+/** Makes `n` expired rows `${prefix}0…`: one record with a 1 ms ttl completed through oncely, copied once it expired. */
+async function loadExpired(store, lock, silentLogger, prefix, n) {
+  const sample = `sample-${prefix}`;
+  await lock(sample, async () => "x", {
+    backend: store.backend,
+    logger: silentLogger,
+    ttlMs: 1,
+    leaseMs: 60_000,
+  });
+  await sleep(20);
+  await store.replicate(sample, prefix, n);
+}
+
+/**
+ * Brings the table to the state a purge meets in production, the same before every round: statistics
+ * fresh, the expired rows long written (PostgreSQL: VACUUM ANALYZE, then CHECKPOINT so that no
+ * checkpoint of the bulk load's pages lands in a measured window; MySQL: ANALYZE TABLE; SQLite: a
+ * WAL checkpoint).
+ */
+async function settle(store) {
+  if (store.name === "postgres") {
+    await store.raw.query(`VACUUM ANALYZE ${store.table}`);
+    await store.raw.query("CHECKPOINT");
+  } else if (store.name === "mysql") {
+    await store.raw.query(`ANALYZE TABLE ${store.table}`);
+  } else if (store.name === "sqlite") {
+    store.raw.prepare("PRAGMA wal_checkpoint(TRUNCATE)").get();
+  }
+}
+
+/** The server's checkpoints so far (PostgreSQL; server-wide, so another client's load counts too). */
+async function checkpoints(store) {
+  if (store.name !== "postgres") return undefined;
+  const { rows } = await store.raw.query(
+    "SELECT (checkpoints_timed + checkpoints_req)::int AS n FROM pg_stat_bgwriter",
+  );
+  return rows[0].n;
+}
+
+/** Runs `oncely purge` on the store in a child process; resolves with its exit code and output. */
+function purgeByCli(ctx, store) {
+  const url = new URL(POSTGRES_URL);
+  url.searchParams.set("schema", store.schema);
+  url.searchParams.set("table", "records");
+  const child = spawn(process.execPath, [join(ctx.dist, "cli", "main.js"), "purge", "--backend", url.href], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let output = "";
+  let batches = 0;
+  child.stdout.on("data", (chunk) => {
+    output += chunk;
+    batches += String(chunk).split("… deleted ").length - 1;
+  });
+  child.stderr.on("data", (chunk) => (output += chunk));
+  return new Promise((resolve) =>
+    child.on("exit", (code) => {
+      const total = /deleted (\d+) expired/.exec(output);
+      resolve({
+        code,
+        purged: total === null ? 0 : Number(total[1]),
+        batches,
+        output: output.trim().slice(-200),
+      });
+    }),
+  );
+}
+
+/**
+ * The rounds of a store: PostgreSQL alternates `purgeExpired()` in the traffic's own process and
+ * `oncely purge` in a child process, in the order in, cli, cli, in (so that drift of the machine's load
+ * over the run weighs on both ways alike); the others purge in process twice. Every round gets a
+ * fresh load of N expired rows and its own windows without a purge just before and just after it.
+ */
+function roundsOf(name, short) {
+  if (name === "postgres") return short ? ["process", "cli"] : ["process", "cli", "cli", "process"];
+  return short ? ["process"] : ["process", "process"];
 }
 
 async function measure(ctx, name, n) {
@@ -113,18 +207,8 @@ async function measure(ctx, name, n) {
   try {
     const t0 = now();
     await store.loadDone(n, { prefix: "live-" });
-    // the expired rows: one record with a 1 ms ttl, completed through oncely, copied once it expired
-    const sample = "sample-expired";
-    await lock(sample, async () => "x", {
-      backend: store.backend,
-      logger: silentLogger,
-      ttlMs: 1,
-      leaseMs: 60_000,
-    });
-    await sleep(20);
-    await store.replicate(sample, "expired-", n);
-    if (name === "postgres") await store.raw.query(`VACUUM ANALYZE ${store.table}`);
-    if (name === "mysql") await store.raw.query(`ANALYZE TABLE ${store.table}`);
+    await loadExpired(store, lock, silentLogger, "expired-0-", n);
+    await settle(store);
     const loadMs = now() - t0;
     const liveBefore = await countRows(store, "live-");
     const expiredBefore = await countRows(store, "expired-");
@@ -133,79 +217,63 @@ async function measure(ctx, name, n) {
     );
 
     const live = traffic(lock, silentLogger, store, n, "t");
+    // warm-up (the pool's connections opened, statements prepared), then the capacity
+    await closedLoop(live.op, ctx.short ? 200 : 1_000);
     const capacity = await closedLoop(live.op, ctx.short ? 500 : 3_000);
     const rate = Math.max(10, Math.round(capacity / 2));
     const windowMs = ctx.short ? 600 : 5_000;
-    const quiet = await openLoop(live.op, rate, windowMs, () => true);
+    const waiting = typeof store.raw.waitingCount === "number" ? () => store.raw.waitingCount : () => 0;
+    const window = (until, minMs) => openLoop(live.op, rate, minMs, until, waiting);
 
-    let purged;
-    let purgeMs = 0;
-    let batches = 0;
-    const purging = (async () => {
+    const rounds = [];
+    for (const [index, how] of roundsOf(name, ctx.short).entries()) {
+      if (index > 0) {
+        await loadExpired(store, lock, silentLogger, `expired-${index}-`, n);
+        await settle(store);
+      }
+      const checkpointsBefore = await checkpoints(store);
+      const before = await window(() => true, windowMs);
+      let done = false;
+      let batches = 0;
       const start = now();
-      purged = await store.backend.purgeExpired({ onBatch: () => batches++ });
-      purgeMs = now() - start;
-    })();
-    let purgeDone = false;
-    purging.then(
-      () => (purgeDone = true),
-      () => (purgeDone = true),
-    );
-    const during = await openLoop(live.op, rate, 0, () => purgeDone);
-    await purging;
-    // a second quiet window after the purge: "without" is both windows' ops, so drift of the
-    // machine's load during the run counts on both sides
-    const quietAfter = await openLoop(live.op, rate, windowMs, () => true);
-    const without = {
-      ...latency([...quiet.latencies, ...quietAfter.latencies]),
-      errors: quiet.errors + quietAfter.errors,
-    };
-
-    // PostgreSQL: once more through the CLI (`oncely purge`) in a child process, on a fresh load
-    let cli;
-    if (name === "postgres") {
-      const again = "sample-expired-cli";
-      await lock(again, async () => "x", {
-        backend: store.backend,
-        logger: silentLogger,
-        ttlMs: 1,
-        leaseMs: 60_000,
-      });
-      await sleep(20);
-      await store.replicate(again, "expired-cli-", n);
-      const url = new URL(POSTGRES_URL);
-      url.searchParams.set("schema", store.schema);
-      url.searchParams.set("table", "records");
-      const start = now();
-      const child = spawn(
-        process.execPath,
-        [join(ctx.dist, "cli", "main.js"), "purge", "--backend", url.href],
-        {
-          stdio: ["ignore", "pipe", "pipe"],
+      const purging =
+        how === "process"
+          ? store.backend
+              .purgeExpired({ onBatch: () => batches++ })
+              .then((purged) => ({ code: 0, purged, batches, output: "" }))
+          : purgeByCli(ctx, store);
+      purging.then(
+        () => (done = true),
+        () => (done = true),
+      );
+      const during = await window(() => done, 0);
+      const purge = await purging;
+      const purgeMs = now() - start;
+      if (purge.code !== 0) throw new Error(`oncely purge exited ${purge.code}: ${purge.output}`);
+      // the windows without the purge last together at least as long as the purge did: a machine's
+      // stall is as likely to fall into them as into the purge's window
+      const after = await window(() => true, Math.max(windowMs, during.ms - before.ms));
+      const checkpointsAfter = await checkpoints(store);
+      // "without" is both windows' ops: drift of the machine's load during the round counts on both sides
+      const without = latency([...before.latencies, ...after.latencies]);
+      const round = {
+        round: index + 1,
+        how,
+        without: {
+          ...without,
+          errors: before.errors + after.errors,
+          loopDelayMaxMs: Math.max(before.loopDelayMaxMs, after.loopDelayMaxMs),
         },
-      );
-      let output = "";
-      child.stdout.on("data", (chunk) => (output += chunk));
-      child.stderr.on("data", (chunk) => (output += chunk));
-      let exited = false;
-      const exit = new Promise((resolve) => child.on("exit", (code) => resolve(code)));
-      exit.then(() => (exited = true));
-      const duringCli = await openLoop(live.op, rate, 0, () => exited);
-      const code = await exit;
-      const ms = now() - start;
-      const left = await countRows(store, "expired-cli-");
-      cli = {
-        code,
-        ms: Math.round(ms),
-        rowsPerSecond: Math.round((n / ms) * 1000),
-        left,
-        during: duringCli,
-        output: output.trim().slice(-200),
+        during: { ...strip(during) },
+        ratio: roundTo(during.p99 / without.p99),
+        purged: purge.purged,
+        batches: how === "process" ? batches : purge.batches,
+        purgeMs: Math.round(purgeMs),
+        rowsPerSecond: Math.round((purge.purged / purgeMs) * 1000),
+        checkpoints: checkpointsBefore === undefined ? undefined : checkpointsAfter - checkpointsBefore,
       };
-      ctx.log(
-        `purge ${name} CLI: ${JSON.stringify({ ...cli, during: { n: duringCli.n, p50: duringCli.p50, p99: duringCli.p99 } })}`,
-      );
-      if (code !== 0) throw new Error(`oncely purge exited ${code}: ${cli.output}`);
+      ctx.log(`purge ${name} round ${round.round} (${how}): ${JSON.stringify(round)}`);
+      rounds.push(round);
     }
 
     const liveAfter = await countRows(store, "live-");
@@ -216,28 +284,26 @@ async function measure(ctx, name, n) {
       loaded: { live: liveBefore, expired: expiredBefore, ms: Math.round(loadMs) },
       capacity: Math.round(capacity),
       rate,
-      quiet: without,
-      during: { n: during.n, p50: during.p50, p99: during.p99, errors: during.errors },
-      purged,
-      purgeMs: Math.round(purgeMs),
-      batches,
-      rowsPerSecond: Math.round((purged / purgeMs) * 1000),
+      rounds,
       liveBefore,
       liveAfter,
       expiredAfter,
       trafficRows,
       trafficCommitted: live.committed(),
-      cli:
-        cli === undefined
-          ? undefined
-          : { ...cli, during: { n: cli.during.n, p50: cli.during.p50, p99: cli.during.p99 } },
     };
-    ctx.log(`purge ${name}: ${JSON.stringify(result)}`);
+    ctx.log(`purge ${name}: ${JSON.stringify({ ...result, rounds: rounds.length })}`);
     return result;
   } finally {
     await store.close();
   }
 }
+
+const strip = ({ latencies, ...rest }) => rest;
+const median = (values) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+};
 
 export async function run(ctx) {
   const n = ctx.short ? 10_000 : 1_000_000;
@@ -245,92 +311,125 @@ export async function run(ctx) {
   const results = [];
   for (const name of stores) results.push(await measure(ctx, name, n));
   const targets = [];
+  const label = {
+    process: "purgeExpired() in the traffic's process",
+    cli: "`oncely purge` (a child process)",
+  };
   for (const r of results) {
-    const ratio = round(r.during.p99 / r.quiet.p99);
+    for (const how of ["process", "cli"]) {
+      const rounds = r.rounds.filter((x) => x.how === how);
+      if (rounds.length === 0) continue;
+      const ratio = roundTo(median(rounds.map((x) => x.ratio)));
+      targets.push({
+        name: `${r.store}: live p99 during ${label[how]} ÷ without it (median of ${rounds.length} rounds)`,
+        target: "<= 2",
+        value: ratio,
+        met: ratio <= 2,
+        note: rounds
+          .map(
+            (x) =>
+              `round ${x.round}: ${x.ratio} (${x.during.p99} / ${x.without.p99} ms, ${x.during.n} ops in ${x.purgeMs} ms, ${x.rowsPerSecond} rows/s)`,
+          )
+          .join("; "),
+      });
+    }
     targets.push({
-      name: `${r.store}: live p99 during the purge ÷ without it`,
-      target: "<= 2",
-      value: ratio,
-      met: ratio <= 2,
-      note: `${r.during.n} ops during the purge (${r.purgeMs} ms) at ${r.rate} ops/s`,
-    });
-    targets.push({
-      name: `${r.store}: live records deleted by the purge`,
+      name: `${r.store}: live records deleted by the purges`,
       target: "0",
       value: r.liveBefore - r.liveAfter,
       met: r.liveAfter === r.liveBefore && r.trafficRows === r.trafficCommitted,
       note: `live ${r.liveBefore} before, ${r.liveAfter} after; traffic rows ${r.trafficRows} of ${r.trafficCommitted} committed`,
     });
-    if (r.cli !== undefined) {
-      const cliRatio = round(r.cli.during.p99 / r.quiet.p99);
-      targets.push({
-        name: `${r.store}: live p99 during \`oncely purge\` (a child process) ÷ without it`,
-        target: "<= 2",
-        value: cliRatio,
-        met: cliRatio <= 2 && r.cli.left === 0,
-        note: `${r.cli.during.n} ops during the CLI's purge (${r.cli.ms} ms, ${r.cli.rowsPerSecond} rows/s); expired left ${r.cli.left}`,
-      });
-    }
     targets.push({
-      name: `${r.store}: expired records left after the purge`,
+      name: `${r.store}: expired records left after the purges`,
       target: "0",
       value: r.expiredAfter,
-      met: r.expiredAfter === 0,
-      note: "",
+      met: r.expiredAfter === 0 && r.rounds.every((x) => x.purged >= n),
+      note: `purged per round: ${r.rounds.map((x) => x.purged).join(", ")}`,
     });
   }
+  const inProcess = (r) => r.rounds.filter((x) => x.how === "process");
   return {
     id,
     title,
     summary:
       `${n.toLocaleString("en")} expired among ${n.toLocaleString("en")} live done records; live traffic (half new keys, half ` +
-      `duplicates, open loop at half the closed-loop capacity at C=${C}) while purgeExpired runs, against the same traffic in ` +
-      "a window before and one after the purge.",
+      `duplicates, open loop at half the closed-loop capacity at C=${C}, latency counted from each op's due time) while ` +
+      "the expired rows are purged, against the same traffic in a window just before and one just after the purge. " +
+      "Each store is purged in several rounds, each on a fresh load (PostgreSQL: purgeExpired() in process and " +
+      "`oncely purge` in a child process, alternated), so the spread between runs shows.",
     curves: [
       {
         id: "purge-live-p99",
-        title: "Live traffic p99 (ms) without and during the purge",
+        title: "Live traffic p99 (ms) without and during purgeExpired() in process (median of the rounds)",
         x: { label: "purge running (0 = no, 1 = yes)", log: false },
         y: { label: "p99 ms", log: false },
         series: results.map((r) => ({
           name: r.store,
           points: [
-            [0, r.quiet.p99],
-            [1, r.during.p99],
+            [0, roundTo(median(inProcess(r).map((x) => x.without.p99)))],
+            [1, roundTo(median(inProcess(r).map((x) => x.during.p99)))],
           ],
         })),
       },
     ],
     tables: [
       {
-        title: "Purge under load",
+        title: "Purge under load, round by round",
         columns: [
           "store",
+          "round",
+          "purge",
           "capacity ops/s",
           "live rate ops/s",
           "p50 ms without",
           "p99 ms without",
           "p50 ms during",
           "p99 ms during",
+          "p99 ratio",
+          "max ms during",
+          "loop delay max ms during",
+          "pool waits max during",
           "purged rows",
           "purge rows/s",
+        ],
+        rows: results.flatMap((r) =>
+          r.rounds.map((x) => [
+            r.store,
+            x.round,
+            x.how === "process" ? "in process" : "oncely purge",
+            r.capacity,
+            r.rate,
+            x.without.p50,
+            x.without.p99,
+            x.during.p50,
+            x.during.p99,
+            x.ratio,
+            x.during.max,
+            x.during.loopDelayMaxMs,
+            x.during.poolWaitingMax,
+            x.purged,
+            x.rowsPerSecond,
+          ]),
+        ),
+      },
+      {
+        title: "Rows counted",
+        columns: [
+          "store",
           "live rows before",
           "live rows after",
           "expired left",
+          "traffic rows",
+          "traffic committed",
         ],
         rows: results.map((r) => [
           r.store,
-          r.capacity,
-          r.rate,
-          r.quiet.p50,
-          r.quiet.p99,
-          r.during.p50,
-          r.during.p99,
-          r.purged,
-          r.rowsPerSecond,
           r.liveBefore,
           r.liveAfter,
           r.expiredAfter,
+          r.trafficRows,
+          r.trafficCommitted,
         ]),
       },
     ],
