@@ -161,9 +161,12 @@ export async function run(ctx) {
 
 const round = (v) => Math.round(v * 100) / 100;
 
-/** Holds `n` claims (keys `${prefix}<i>`) on `store` for `holdMs` and measures the hold. */
-async function hold(store, prefix, batched, n, holdMs, lock, silentLogger) {
-  const counted = counting(store.backend, batched);
+/**
+ * Holds `n` claims (keys `${prefix}<i>`) on `store` for `holdMs` and measures the hold. `capabilities`
+ * overrides the backend's declared ones (an A/B of a declaration, e.g. `renewBatchMax`).
+ */
+export async function hold(store, prefix, batched, n, holdMs, lock, silentLogger, capabilities = {}) {
+  const counted = counting(store.backend, batched, capabilities);
   // the longest store budget a 3 s lease allows (each renewal keeps its own deadline, lease / 3)
   const options = {
     backend: counted.backend,
@@ -240,7 +243,7 @@ async function hold(store, prefix, batched, n, holdMs, lock, silentLogger) {
  * call per connection, no deadlines, no per-key timers, no signals. Lost: a renewal answered false or
  * a call that failed (each of its keys).
  */
-async function floor(store, prefix, n, holdMs, connections) {
+export async function floor(store, prefix, n, holdMs, connections) {
   const backend = store.backend;
   const claims = [];
   let unclaimed = 0;
@@ -311,11 +314,11 @@ async function floor(store, prefix, n, holdMs, connections) {
  * The backend with its renewals counted; `batched: false` hides renewMany (and declares
  * `batchRenew: false`), so every key renews on its own: the before figure.
  */
-function counting(inner, batched) {
+function counting(inner, batched, capabilities) {
   const counts = { calls: 0, renewals: 0 };
   const backend = {
     name: inner.name,
-    capabilities: batched ? inner.capabilities : { ...inner.capabilities, batchRenew: false },
+    capabilities: { ...inner.capabilities, ...capabilities, ...(batched ? {} : { batchRenew: false }) },
     claim: (key, options) => inner.claim(key, options),
     complete: (claim, options) => inner.complete(claim, options),
     release: (claim) => inner.release(claim),
