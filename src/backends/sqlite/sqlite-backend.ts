@@ -68,9 +68,10 @@ interface Prepared {
 }
 
 /**
- * The embedded, persistent default: records in a SQLite table. `claim` is one `BEGIN IMMEDIATE`
- * transaction around `planClaim` — the write lock is taken before the read, so two processes on one
- * database file can never both decide from the same row; `complete`, `release` and `renew` are the
+ * The embedded, persistent default: records in a SQLite table. A `claim` that reports (`done`, or
+ * another call's live lease) is one plain read; one that writes is a `BEGIN IMMEDIATE` transaction
+ * around `planClaim` — the write lock is taken before the read, so two processes on one database
+ * file can never both decide from the same row; `complete`, `release` and `renew` are the
  * shared single UPDATEs (`../sql/statements.ts`). Leases are judged by the injected clock: processes
  * sharing a file share a host, and so a clock.
  */
