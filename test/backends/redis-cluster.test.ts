@@ -8,8 +8,9 @@ import { strict as assert } from "node:assert";
 import { randomUUID } from "node:crypto";
 import { Cluster } from "ioredis";
 import { createCluster } from "redis";
-import { afterAll, beforeAll, describe, it } from "vitest";
+import { afterAll, beforeAll, describe, it, vi } from "vitest";
 import { RedisBackend } from "../../src/backends/redis/index.js";
+import { RENEW_MANY } from "../../src/backends/redis/redis-scripts.js";
 import { newToken } from "../../src/core/verbs.js";
 import { backendContract } from "../../src/testing/index.js";
 import { RedisCluster } from "../support/redis-servers.js";
@@ -130,6 +131,43 @@ for (const label of ["ioredis", "node-redis"] as const) {
         if (lost.has(i)) assert.equal(record?.leaseUntil, before[i]?.leaseUntil);
         else assert.ok((record?.leaseUntil ?? 0) > (before[i]?.leaseUntil ?? 0), `key ${i} renewed`);
       }
+    });
+
+    it("renewMany sends one script per hash slot: keys sharing a tag go together", async () => {
+      const b = backend();
+      // a key's own `}` ends its hash tag: "t}0" … "t}29" all hash as "t" (one slot)
+      const tag = `t${randomUUID().slice(0, 8)}`;
+      const keys = [
+        ...Array.from({ length: 30 }, (_, i) => `${tag}}${i}`),
+        ...Array.from({ length: 30 }, () => `k-${randomUUID()}`),
+      ];
+      const claims = (await b.claimMany(keys.map((key) => ({ key, options: claimOptions() })))).map((o) => {
+        assert.equal(o.kind, "won");
+        return (o as Extract<typeof o, { kind: "won" }>).claim;
+      });
+      for (const i of [2, 40]) assert.equal(await b.release(claims[i] as (typeof claims)[number]), true);
+      const slots = new Set<number>();
+      for (const k of keys) slots.add(Number(await io.cluster("KEYSLOT", rawKey(b, k))));
+      // once first, so that every node has the script cached (a NOSCRIPT retry is another command)
+      await b.renewMany(claims.slice(0, 1).map((claim) => ({ claim, leaseMs: 5_000 })));
+      await servers.onEachNode("SCRIPT", "LOAD", RENEW_MANY.source);
+      const client = label === "ioredis" ? io : nodeRedis;
+      const method = label === "ioredis" ? "evalsha" : "sendCommand";
+      const sent = vi.spyOn(client as unknown as Record<string, (...args: unknown[]) => unknown>, method);
+      let answers: boolean[];
+      let commands: number;
+      try {
+        answers = await b.renewMany(claims.map((claim) => ({ claim, leaseMs: 5_000 })));
+        commands = sent.mock.calls.length;
+      } finally {
+        sent.mockRestore();
+      }
+      assert.equal(commands, slots.size, "one command per slot");
+      assert.ok(slots.size <= 31);
+      assert.deepEqual(
+        answers,
+        claims.map((_, i) => i !== 2 && i !== 40),
+      );
     });
 
     it("a release on any node wakes a waiter through the hash-tagged channel", async () => {

@@ -8,6 +8,7 @@ import { Redis } from "ioredis";
 import { createClient } from "redis";
 import { afterAll, beforeAll, describe, it, vi } from "vitest";
 import { RedisBackend } from "../../src/backends/redis/index.js";
+import { RENEW_MANY } from "../../src/backends/redis/redis-scripts.js";
 import { newToken } from "../../src/core/verbs.js";
 import { ConfigurationError, lock, mutex } from "../../src/index.js";
 import { backendContract } from "../../src/testing/index.js";
@@ -118,7 +119,7 @@ for (const [label, client] of [
       assert.equal(again.kind === "won" && again.claim.fence, 2);
     });
 
-    it("renewMany after SCRIPT FLUSH: one pipeline reloads the script per key and answers each key", async () => {
+    it("renewMany after SCRIPT FLUSH: the script reloads and every key is answered", async () => {
       const backend = make();
       const claims: Won["claim"][] = [];
       for (let i = 0; i < 5; i++) {
@@ -135,6 +136,57 @@ for (const [label, client] of [
         backend.renewMany([{ claim: claims[0] as Won["claim"], leaseMs: -1 }]),
         ConfigurationError,
       );
+    });
+
+    it("renewMany of 2,100 keys is three script calls, each key answered and renewed as renew would", async () => {
+      const backend = make();
+      const requests: { claim: Won["claim"]; leaseMs: number }[] = [];
+      for (let i = 0; i < 2_100; i += 100) {
+        const keys = Array.from({ length: 100 }, (_, j) => `k${i + j}-${randomUUID()}`);
+        const outcomes = await backend.claimMany(keys.map((key) => ({ key, options: claimOptions() })));
+        for (const o of outcomes) {
+          assert.equal(o.kind, "won");
+          requests.push({ claim: (o as Won).claim, leaseMs: 7_000 });
+        }
+      }
+      const at = (i: number) => requests[i] as { claim: Won["claim"]; leaseMs: number };
+      // 3 released (fence moved), 4 completed, 5 deleted, 6 taken over (fence 2 by another token),
+      // 7 renewed once as a version-2 record; the rest are fresh records of the plain claim
+      assert.equal(await backend.release(at(3).claim), true);
+      assert.equal(await backend.complete(at(4).claim, { ttlMs: 60_000 }), true);
+      assert.equal(await backend.delete(at(5).claim.key), true);
+      assert.equal(await backend.release(at(6).claim), true);
+      assert.equal((await backend.claim(at(6).claim.key, claimOptions())).kind, "won");
+      assert.equal(await backend.renew(at(7).claim, 5_000), true);
+      const before = await backend.get(at(0).claim.key);
+      await io.script("LOAD", RENEW_MANY.source); // no NOSCRIPT retry among the commands counted
+      const method = label === "ioredis" ? "evalsha" : "sendCommand";
+      const sent = vi.spyOn(client as unknown as Record<string, (...args: unknown[]) => unknown>, method);
+      let answers: boolean[];
+      let commands: number;
+      try {
+        answers = await backend.renewMany(requests);
+        commands = sent.mock.calls.length;
+      } finally {
+        sent.mockRestore();
+      }
+      assert.equal(commands, 3, "1,000 + 1,000 + 100 keys");
+      assert.deepEqual(
+        answers,
+        requests.map((_, i) => ![3, 4, 5, 6].includes(i)),
+      );
+      const after = await backend.get(at(0).claim.key);
+      assert.ok(before && after && after.state === "claimed");
+      assert.ok(after.leaseUntil >= before.leaseUntil + 1_900, "lease = now + 7 s, was claim time + 5 s");
+      assert.equal(after.token, at(0).claim.token);
+      assert.equal(after.claimedAt, before.claimedAt);
+      assert.equal(after.expiresAt, after.leaseUntil + 60_000);
+      assert.equal((await backend.get(at(3).claim.key))?.fence, 2);
+      assert.equal((await backend.get(at(4).claim.key))?.state, "done");
+      assert.equal(await backend.get(at(5).claim.key), undefined);
+      assert.equal((await backend.get(at(6).claim.key))?.token === at(6).claim.token, false);
+      // renewed with the new lease, and a renewed record renews again
+      assert.deepEqual(await backend.renewMany([at(0), at(7)]), [true, true]);
     });
 
     it("SCRIPT FLUSH between calls: every next call reloads the script and succeeds", async () => {

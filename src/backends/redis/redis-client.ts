@@ -417,3 +417,28 @@ class NodeRedisDriver implements Driver {
     };
   }
 }
+
+/** CRC16 (XMODEM) of `bytes`, the checksum Redis Cluster hashes keys with. */
+function crc16(bytes: Uint8Array, start: number, end: number): number {
+  let crc = 0;
+  for (let i = start; i < end; i++) {
+    crc ^= (bytes[i] as number) << 8;
+    for (let bit = 0; bit < 8; bit++)
+      crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc;
+}
+
+/**
+ * The Cluster hash slot of `key`: CRC16 of its hash tag (the bytes between the first `{` and the first
+ * `}` after it, when not empty), else of the whole key, modulo 16384 — the rule every Cluster node applies.
+ */
+export function keySlot(key: string): number {
+  const bytes = Buffer.from(key, "utf8");
+  const open = bytes.indexOf(123); // {
+  if (open !== -1) {
+    const close = bytes.indexOf(125, open + 1); // }
+    if (close > open + 1) return crc16(bytes, open + 1, close) % 16384;
+  }
+  return crc16(bytes, 0, bytes.length) % 16384;
+}
