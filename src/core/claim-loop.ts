@@ -110,14 +110,22 @@ export function acquireWaiting(
   stop: (held: Held) => boolean,
   trace?: Trace,
 ): Acquired | Promise<Acquired> {
-  const start = r.clock.now();
   const first = acquire(r, key);
-  // A synchronous backend's answer that needs no wait (won, done) returns as it came: no promise.
-  if (!(first instanceof Promise) && (first.kind !== "answered" || first.outcome.kind !== "held")) {
-    return first;
-  }
   if (wait === 0) return first;
-  return waitFor(r, key, wait, stop, trace, start, first);
+  // An answer that needs no wait (won, done: nearly every claim) returns as it came: a synchronous
+  // backend's with no promise, an async backend's through one `then` (no waiting loop, no async
+  // function and its awaits).
+  if (first instanceof Promise) {
+    return first.then((acquired) =>
+      holds(acquired) ? waitFor(r, key, wait, stop, trace, acquired) : acquired,
+    );
+  }
+  return holds(first) ? waitFor(r, key, wait, stop, trace, first) : first;
+}
+
+/** A claim answered by a live holder: the one answer `wait` may wait on. */
+function holds(acquired: Acquired): acquired is Extract<Acquired, { kind: "answered" }> {
+  return acquired.kind === "answered" && acquired.outcome.kind === "held";
 }
 
 async function waitFor(
@@ -126,14 +134,15 @@ async function waitFor(
   wait: number,
   stop: (held: Held) => boolean,
   trace: Trace | undefined,
-  start: number,
-  first: Acquired | Promise<Acquired>,
+  first: Extract<Acquired, { kind: "answered" }>,
 ): Promise<Acquired> {
+  // The wait counts from when the first claim was sent (the clock read by `acquire`).
+  const start = first.sentAt;
   const deadline = start + wait;
   let delay = 10;
   let waited = false;
   let holder = -1;
-  let claiming = first;
+  let claiming: Acquired | Promise<Acquired> = first;
   for (;;) {
     const acquired = await claiming;
     if (trace !== undefined && waited) trace.waitMs = r.clock.now() - start;

@@ -64,6 +64,8 @@ export function validateKey(key: unknown): asserts key is string {
   if (key.length === 0) throw new InvalidKeyError("key must not be empty");
   const problem = keyTextProblem(key);
   if (problem !== undefined) throw new InvalidKeyError(problem);
+  // At most 3 UTF-8 bytes per UTF-16 code unit: a key this short is within the limit uncounted.
+  if (key.length * 3 <= MAX_KEY_BYTES) return;
   const bytes = Buffer.byteLength(key, "utf8");
   if (bytes > MAX_KEY_BYTES) {
     throw new InvalidKeyError(
