@@ -119,19 +119,22 @@ export class Heartbeat extends Scheduled implements RenewTarget {
    *   │─────────────│──── ≥ interval ────│────────── ≤ interval ───────────│
    * ```
    *
-   * When a slow claim answer leaves no room for that (the grid point plus the deadline would pass
-   * the lease), the beat is one interval from now, off the grid, as for a claim of its own. The abort
-   * deadline does not depend on this choice: it is armed at the beat, at `validFrom + lease − margin`,
-   * so a first renewal has at least `interval − margin` (0.7 × interval at the default deadline)
-   * before the abort, where a beat one interval after a fast claim had 1.7 × interval.
+   * When a slow claim answer leaves no room for that, the beat is one interval from now, off the
+   * grid, as for a claim of its own. Room means: from the beat to the abort deadline
+   * (`validFrom + lease − margin`) there is the renewal's whole deadline, or, for a deadline longer
+   * than `interval − margin`, that much — what a grid beat after a fast claim always leaves (and
+   * then the renewal with its deadline ends before the lease can end). Where a beat one interval
+   * after a fast claim had 1.7 intervals before the abort, a first renewal now has at least 0.7 at
+   * the default deadline; the abort itself does not depend on this choice.
    */
   #scheduleFirstBeat(): void {
     const clock = this.#host.clock;
+    const leaseMs = this.#host.leaseMs;
     const step = this.#interval();
-    const now = clock.now();
-    const onGrid = Math.ceil((now + step) / step) * step;
-    if (onGrid + this.#renewDeadline() <= this.#validFrom + this.#host.leaseMs)
-      scheduleAt(clock, onGrid, this);
+    const margin = abortMargin(leaseMs);
+    const onGrid = Math.ceil((clock.now() + step) / step) * step;
+    const room = Math.min(this.#renewDeadline(), step - margin);
+    if (onGrid + room <= this.#validFrom + leaseMs - margin) scheduleAt(clock, onGrid, this);
     else schedule(clock, step, this);
   }
 

@@ -135,36 +135,43 @@ describe("heartbeats renew in batches", () => {
     expect(backend.renews + backend.batches.length).toBe(0);
   });
 
-  it("a claim answered late beats one interval after its answer, off the grid: its renewal fits its lease", async () => {
-    const clock = new ManualClock(T0);
-    // the claim call takes 300 ms: sent at 50, answered at 350. The grid point at least one interval
-    // on (900) plus the renewal's deadline (300) would pass the lease's end (50 + 900); a beat at 900
-    // would even come after the abort (950 − 90).
-    class Slow extends Counting {
-      override async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
-        const outcome = await super.claim(key, options);
-        clock.set(clock.now() + 300);
-        return outcome;
+  it.each([
+    // the grid point at least one interval on (900) plus the renewal's deadline (300) would pass
+    // the lease's end (50 + 900); a beat at 900 would even come after the abort (950 − 90)
+    [450],
+    // a deadline of 50: 900 + 50 is within the lease, but past the abort at 860
+    [50],
+  ])(
+    "a claim answered late beats one interval after its answer, off the grid (storeTimeoutMs %i)",
+    async (storeTimeoutMs) => {
+      const clock = new ManualClock(T0);
+      // the claim call takes 300 ms: sent at 50, answered at 350
+      class Slow extends Counting {
+        override async claim(key: string, options: ClaimOptions): Promise<ClaimOutcome> {
+          const outcome = await super.claim(key, options);
+          clock.set(clock.now() + 300);
+          return outcome;
+        }
       }
-    }
-    const backend = new Slow(clock, true);
-    await clock.advance(50);
-    const gate = deferred();
-    const run = lock("late", () => gate.promise, {
-      backend,
-      clock,
-      leaseMs: LEASE,
-      storeTimeoutMs: 450,
-      logger: silentLogger,
-    });
-    for (let i = 0; i < 10; i++) await Promise.resolve();
-    expect(clock.now()).toBe(T0 + 350);
-    await clock.advance(300); // 650: one interval after the answer
-    expect(backend.renews).toBe(1);
-    await clock.advance(900);
-    gate.resolve();
-    expect(await run).toMatchObject({ kind: "ran", committed: true });
-  });
+      const backend = new Slow(clock, true);
+      await clock.advance(50);
+      const gate = deferred();
+      const run = lock("late", () => gate.promise, {
+        backend,
+        clock,
+        leaseMs: LEASE,
+        storeTimeoutMs,
+        logger: silentLogger,
+      });
+      for (let i = 0; i < 10; i++) await Promise.resolve();
+      expect(clock.now()).toBe(T0 + 350);
+      await clock.advance(300); // 650: one interval after the answer
+      expect(backend.renews).toBe(1);
+      await clock.advance(900);
+      gate.resolve();
+      expect(await run).toMatchObject({ kind: "ran", committed: true });
+    },
+  );
 
   it(`a tick's renewals go out in as few batches of at most ${RENEW_BATCH_MAX} as hold them, of even sizes`, async () => {
     const clock = new ManualClock(T0);
