@@ -75,7 +75,8 @@ const CONTENDERS = {
 /** The peers, listed in the PostgreSQL correctness table as having no PostgreSQL storage. */
 const NO_POSTGRES = { express: ["express-idempotency", "node-idempotency"], fastify: ["node-idempotency"] };
 // --baseline DIR: oncely from another dist/ (another build) as one more contender, to compare builds
-// in the same run; --contenders a,b: only these (the bare app always runs).
+// in the same run; --contenders a,b: only these (the bare app always runs, and so does the baseline
+// when --baseline is given).
 const baseline = option("baseline", undefined);
 const lists = [...Object.values(CONTENDERS), NO_POSTGRES].flatMap((byFramework) =>
   Object.values(byFramework),
@@ -85,7 +86,8 @@ if (baseline !== undefined)
     list.splice(1, 0, "oncely-baseline");
 const only = option("contenders", undefined)?.split(",");
 if (only !== undefined)
-  for (const list of lists) list.splice(0, list.length, ...list.filter((v) => only.includes(v)));
+  for (const list of lists)
+    list.splice(0, list.length, ...list.filter((v) => only.includes(v) || v === "oncely-baseline"));
 // --speed-contenders a,b: the speed table measures only these (the correctness table keeps all).
 const speedOnly = option("speed-contenders", undefined)?.split(",");
 const measured = (store, framework) =>
