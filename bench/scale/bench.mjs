@@ -4,8 +4,8 @@
 // Cases (bench/scale/cases/<id>.mjs, run in this order): records (new keys and duplicates at C = 16
 // with 10^3…10^6 done records held, and bytes per record), inflight (10,000 held claims heartbeating),
 // waiters (1,000 waiters on one key), purge (purgeExpired under live traffic), curve (C = 1…256 beside
-// each store's raw floor). Each case returns its curves, tables and targets (see
-// /work/notes/scale-contract.md, or any case file); this runner prints them as markdown on stdout and
+// each store's raw floor). Each case returns its curves, tables and targets (the shape
+// scripts/scale-page.mjs checks; any case file shows it); this runner prints them as markdown on stdout and
 // writes them all as JSON, which scripts/scale-page.mjs turns into docs/scale.md and its charts.
 //
 // How figures are taken: ops/s from closed loops (bench/support.mjs `drive`: C workers each awaiting
