@@ -270,7 +270,9 @@ describe.each(backends)("verb scenarios on $name", ({ make }) => {
         }),
       options,
     );
-    await clock.advance(300);
+    // the first beat is the first instant of the heartbeat grid (one interval, 300 ms) at least one
+    // interval after the claim: less than two intervals
+    await clock.advance(600);
     const outcome = await running;
     expect(outcome).toMatchObject({
       kind: "ran",
@@ -505,9 +507,13 @@ describe("results, keys and errors", () => {
         ),
       { backend: flaky, clock, leaseMs: 900, logger: quiet },
     );
-    await clock.advance(300);
+    // the first beat: the first instant of the grid of one interval (300 ms) at least one interval on
+    const firstBeat = Math.ceil((start + 300) / 300) * 300 - start;
+    await clock.advance(firstBeat - 1);
+    expect(renewals).toBe(0);
+    await clock.advance(1);
     expect(renewals).toBe(1);
-    await clock.advance(600);
+    await clock.advance(900 - firstBeat);
     const outcome = await running;
     expect(outcome.kind === "ran" && outcome.value).toBeInstanceOf(LeaseLostError);
     // Failed renewals are retried (every lease / 6) until the deadline: lease − margin after the claim.

@@ -71,6 +71,7 @@ describe("mysql backend: beyond the contract", () => {
       nativeTtl: false,
       batchClaim: false,
       batchRenew: true,
+      renewBatchMax: 1_000,
       multiProcess: true,
     });
   });

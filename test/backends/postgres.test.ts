@@ -108,6 +108,7 @@ describe("postgres backend: beyond the contract", () => {
       nativeTtl: false,
       batchClaim: false,
       batchRenew: true,
+      renewBatchMax: 1_000,
       multiProcess: true,
     });
     assert.equal(make({ notifications: false }).capabilities.notifications, false);

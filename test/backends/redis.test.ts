@@ -92,6 +92,7 @@ for (const [label, client] of [
         nativeTtl: true,
         batchClaim: true,
         batchRenew: true,
+        renewBatchMax: Number.POSITIVE_INFINITY,
         multiProcess: true,
       });
     });

@@ -23,7 +23,9 @@ class Counting extends MemoryBackend {
 
   constructor(clock: ManualClock, batchRenew: boolean, more: Partial<BackendCapabilities> = {}) {
     super({ clock });
-    this.capabilities = { ...new MemoryBackend().capabilities, batchRenew, ...more };
+    // memory's own declaration without its renewBatchMax (Infinity): the default chunks unless `more` sets one
+    const { renewBatchMax: _memoryMax, ...memory } = new MemoryBackend().capabilities;
+    this.capabilities = { ...memory, batchRenew, ...more };
   }
 
   override renew(claim: Claim, leaseMs: number): Promise<boolean> {

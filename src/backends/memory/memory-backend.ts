@@ -55,6 +55,7 @@ export class MemoryBackend implements Backend {
     nativeTtl: false,
     batchClaim: false,
     batchRenew: true,
+    renewBatchMax: Number.POSITIVE_INFINITY,
     multiProcess: false,
   };
   readonly #map: Map<string, unknown>;
