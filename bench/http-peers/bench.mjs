@@ -32,13 +32,12 @@
 import { execFileSync, spawn } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { resolve as resolvePath } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { Redis } from "ioredis";
 import pg from "pg";
-import { commandCpuMs } from "../support.mjs";
+import { commandCpuMs, freePort } from "../support.mjs";
 import { floorTableSql } from "./postgres.mjs";
 
 const args = process.argv.slice(2);
@@ -110,13 +109,6 @@ const PG_LABEL = {
 const label = (store, variant) => (store === "postgres" ? PG_LABEL : LABEL)[variant];
 
 // --- a private Redis: INFO's CPU and command counters then see this bench alone --------------------
-async function freePort() {
-  const server = createServer();
-  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 const children = new Set();
 const stopAll = () => {
   for (const child of children)
@@ -131,6 +123,8 @@ for (const signal of ["SIGINT", "SIGTERM"]) {
   });
 }
 let redisUrl;
+/** Redis' own CPU seconds per millisecond while idle (measured once the server is up). */
+let redisIdleCpuPerMs = 0;
 let redis;
 let redisVersion;
 if (stores.includes("redis")) {
@@ -147,6 +141,12 @@ if (stores.includes("redis")) {
   redis.on("error", () => {});
   await redis.ping();
   redisVersion = /redis_version:(\S+)/.exec(await redis.info("server"))?.[1];
+  // what the idle server burns by itself (its cron, about 3-4 ms a second): taken out of each
+  // measurement's Redis CPU, which would otherwise charge it to the slower contenders' fewer requests
+  const idleFrom = await redisCounters();
+  const idleStart = performance.now();
+  await new Promise((resolve) => setTimeout(resolve, short ? 200 : 2_000));
+  redisIdleCpuPerMs = ((await redisCounters()).cpu - idleFrom.cpu) / (performance.now() - idleStart);
 }
 
 async function redisCounters() {
@@ -296,9 +296,11 @@ async function measure(store, framework, variant, mode) {
     if (!short) await load(url, mode, 1); // warm-up, discarded
     const node = cpuSeconds(server.child.pid);
     const before = await redisCounters();
+    const startedAt = performance.now();
     // --short: a fixed number of requests, so that even a starved machine measures some
     const result = await load(url, mode, seconds, short ? SHORT_REQUESTS : 0);
     const after = await redisCounters();
+    const idleCpu = redisIdleCpuPerMs * (performance.now() - startedAt);
     const nodeCpu = cpuSeconds(server.child.pid) - node;
     const commands = {};
     let total = 0;
@@ -313,7 +315,8 @@ async function measure(store, framework, variant, mode) {
     return {
       ...result,
       nodeUs: (nodeCpu * 1e6) / result.total,
-      redisUs: ((after.cpu - before.cpu) * 1e6) / result.total,
+      // net of the idle server's own CPU over the same window
+      redisUs: (Math.max(0, after.cpu - before.cpu - idleCpu) * 1e6) / result.total,
       commands: total / result.total,
       perCommand: commands,
     };
