@@ -131,7 +131,11 @@ export async function run(ctx) {
         id: "inflight-round-trips",
         title: "Renew round trips per second while claims are held",
         x: { label: "claims held", log: true },
-        y: { label: "round trips/s", log: true },
+        // log unless a run counted none (a short hold can end before the first beat): 0 has no place on it
+        y: {
+          label: "round trips/s",
+          log: tripSeries.every((series) => series.points.every(([, y]) => y > 0)),
+        },
         series: tripSeries,
       },
     ],
