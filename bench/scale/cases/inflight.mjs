@@ -204,13 +204,9 @@ export async function hold(store, prefix, batched, n, holdMs, lock, silentLogger
   });
   const held = { ...counted.counts };
   const redis = store.admin === undefined ? undefined : await redisCounts(store.admin);
-  const cpu = process.cpuUsage();
-  const storeCpu = store.storeCpuMs();
-  const start = performance.now();
+  const end = measureWindow(store);
   await new Promise((resolve) => setTimeout(resolve, holdMs));
-  const seconds = (performance.now() - start) / 1000;
-  const nodeCpu = process.cpuUsage(cpu);
-  const storeCpuAfter = store.storeCpuMs();
+  const { seconds, nodeCpu, storeCpu } = end();
   const calls = counted.counts.calls - held.calls;
   const renewals = counted.counts.renewals - held.renewals;
   // lost while held: the work's signal aborted (LeaseLostError) during the hold. The completes after
@@ -223,22 +219,47 @@ export async function hold(store, prefix, batched, n, holdMs, lock, silentLogger
   // claims already held can saturate a pool) was never held; it is counted apart
   const unclaimed = settled.filter((o) => o.kind === "threw").length;
   return {
-    nodeCpu: ((nodeCpu.user + nodeCpu.system) / 1000 / (seconds * 1000)) * 100,
-    // by name, a server's CPU drops when one of its processes exits (another client's connection
-    // closing on a shared machine): no figure then
-    storeCpu:
-      storeCpu === undefined || storeCpuAfter === undefined || storeCpuAfter < storeCpu
-        ? null
-        : ((storeCpuAfter - storeCpu) * 1000) / seconds,
-    trips: calls / seconds,
-    renewals: renewals / seconds,
-    batch: calls === 0 ? 0 : renewals / calls,
+    nodeCpu,
+    storeCpu,
+    ...renewRates(calls, renewals, seconds),
     commands: redisAfter === undefined ? null : (redisAfter.total - redis.total) / seconds,
     evalsha: redisAfter === undefined ? null : (redisAfter.evalsha - redis.evalsha) / seconds,
     lost,
     unclaimed,
   };
 }
+
+/**
+ * Starts a measured window; the function it returns ends it: its seconds, this process's CPU as % of
+ * one core, and the store's CPU in ms per second (null when it cannot be read, or when a server's
+ * CPU by name drops because one of its processes exited: another client's connection closing on a
+ * shared machine).
+ */
+function measureWindow(store) {
+  const cpu = process.cpuUsage();
+  const storeCpu = store.storeCpuMs();
+  const start = performance.now();
+  return () => {
+    const seconds = (performance.now() - start) / 1000;
+    const used = process.cpuUsage(cpu);
+    const storeCpuAfter = store.storeCpuMs();
+    return {
+      seconds,
+      nodeCpu: ((used.user + used.system) / 1000 / (seconds * 1000)) * 100,
+      storeCpu:
+        storeCpu === undefined || storeCpuAfter === undefined || storeCpuAfter < storeCpu
+          ? null
+          : ((storeCpuAfter - storeCpu) * 1000) / seconds,
+    };
+  };
+}
+
+/** Renew calls (round trips) and renewals per second, and renewals per call. */
+const renewRates = (calls, renewals, seconds) => ({
+  trips: calls / seconds,
+  renewals: renewals / seconds,
+  batch: calls === 0 ? 0 : renewals / calls,
+});
 
 /**
  * The floor of a hold: what a minimal heartbeat costs on this store and client. `n` claims taken with
@@ -284,13 +305,9 @@ export async function floor(store, prefix, n, holdMs, connections) {
   };
   const timer = setInterval(tick, Math.floor(LEASE_MS / 3));
   const held = { ...counts };
-  const cpu = process.cpuUsage();
-  const storeCpu = store.storeCpuMs();
-  const start = performance.now();
+  const end = measureWindow(store);
   await new Promise((resolve) => setTimeout(resolve, holdMs));
-  const seconds = (performance.now() - start) / 1000;
-  const nodeCpu = process.cpuUsage(cpu);
-  const storeCpuAfter = store.storeCpuMs();
+  const { seconds, nodeCpu, storeCpu } = end();
   clearInterval(timer);
   const lost = lostKeys.size;
   open();
@@ -299,14 +316,9 @@ export async function floor(store, prefix, n, holdMs, connections) {
   const calls = counts.calls - held.calls;
   const renewals = counts.renewals - held.renewals;
   return {
-    nodeCpu: ((nodeCpu.user + nodeCpu.system) / 1000 / (seconds * 1000)) * 100,
-    storeCpu:
-      storeCpu === undefined || storeCpuAfter === undefined || storeCpuAfter < storeCpu
-        ? null
-        : ((storeCpuAfter - storeCpu) * 1000) / seconds,
-    trips: calls / seconds,
-    renewals: renewals / seconds,
-    batch: calls === 0 ? 0 : renewals / calls,
+    nodeCpu,
+    storeCpu,
+    ...renewRates(calls, renewals, seconds),
     commands: null,
     evalsha: null,
     lost,
