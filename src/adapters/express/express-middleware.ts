@@ -57,7 +57,8 @@ export function idempotency<Req extends ExpressRequestLike = DefaultExpressReque
     const { path, query } = splitUrl(req.originalUrl ?? req.url ?? "/");
     const method = (req.method ?? "GET").toUpperCase();
     const body = await requestBody(req, guard.maxRequestBytes);
-    const capture = new ResponseCapture(res, guard.maxResponseBytes, leaseMs);
+    // Express re-parents every response onto its app's prototype: its hidden class is its own.
+    const capture = new ResponseCapture(res, guard.maxResponseBytes, leaseMs, true);
     const decision = await guard.execute(
       { method, path, query, contentType: req.headers["content-type"], body },
       key,
