@@ -56,30 +56,34 @@ export function idempotency<Req extends ExpressRequestLike = DefaultExpressReque
   async function guarded(req: Req, res: ServerResponse, next: ExpressNext, key: string): Promise<void> {
     const { path, query } = splitUrl(req.originalUrl ?? req.url ?? "/");
     const method = (req.method ?? "GET").toUpperCase();
-    const body = await requestBody(req, guard.maxRequestBytes);
-    // Express re-parents every response onto its app's prototype: its hidden class is its own.
-    const capture = new ResponseCapture(res, guard.maxResponseBytes, leaseMs, true);
+    // Already parsed (a body parser mounted before): no promise to wait a turn for.
+    const read = requestBody(req, guard.maxRequestBytes);
+    const body = read instanceof Promise ? await read : read;
+    // Built when the handler runs: a replay or a refusal never needs one.
+    let capture: ResponseCapture | undefined;
     const decision = await guard.execute(
       { method, path, query, contentType: req.headers["content-type"], body },
       key,
       req,
       () => {
+        // Express re-parents every response onto its app's prototype: its hidden class is its own.
+        capture ??= new ResponseCapture(res, guard.maxResponseBytes, leaseMs, true);
         capture.start();
         next();
         // A handler that answered within `next()` is committed in this turn (synchronous backend).
         return capture.held ?? capture.result;
       },
       // Sent as soon as the record is written, not after the outcome climbs the promises above.
-      () => capture.release(),
+      () => capture?.release(),
     );
     switch (decision.kind) {
       case "deliver":
         // Not stored although its status would be: the response says so (while it still can).
         if (decision.bypass !== undefined && !res.headersSent) res.setHeader(BYPASS_HEADER, decision.bypass);
-        capture.release();
+        capture?.release();
         return;
       case "answer":
-        capture.abandon();
+        capture?.abandon();
         sendStored(res, decision.response);
         return;
       case "bypass":
@@ -87,7 +91,7 @@ export function idempotency<Req extends ExpressRequestLike = DefaultExpressReque
         next();
         return;
       case "throw":
-        capture.abandon();
+        capture?.abandon();
         next(decision.error);
         return;
     }
