@@ -25,6 +25,8 @@ interface Pending {
    * reached `onSend`.
    */
   settle?: ((captured: CapturedResponse) => void) | undefined;
+  /** A capture made while the handler started (`settle` was `KEEP`): returned to the guard as it is. */
+  early?: CapturedResponse | undefined;
   /** `onSend` passed a stream on: the capture is settled when the response closes. */
   streaming?: boolean;
   /**
@@ -42,6 +44,7 @@ interface Pending {
    * 6 runs switched the allocation sites of the request's objects (IncomingMessage, ServerResponse,
    * Fastify's hook runners) to pretenured — allocated straight into the old generation — and every
    * request's graph was then promoted (4,450 sampled bytes per request against 492 without it).
+   * The cause, found later: the closure was assigned straight to a property (see `KEEP`).
    */
   held?: OnSendDone | undefined;
   payload?: unknown;
@@ -52,13 +55,27 @@ interface Pending {
 /** Fastify's `onSend` continuation. */
 type OnSendDone = (error: Error | null, payload?: unknown) => void;
 
+/**
+ * `settle` while the handler starts (within `done()`): a capture made then is kept on `early`.
+ *
+ * One shared function, not a closure per request: V8 allocates a function literal assigned straight
+ * to a property (`state.settle = (captured) => …`) in the old generation, and that closure, dead or
+ * not, held its request's whole graph (IncomingMessage, ServerResponse, Fastify's Request, Reply and
+ * hook runners, this state) through every young-generation collection until the next full one. Every
+ * request surviving its first scavenge made V8 pretenure the allocation sites of those objects in
+ * about half the runs, and from then on each request's graph was promoted: ~5,000 bytes per request
+ * against 10-200 with this (bench/http-peers, Fastify, new keys).
+ */
+const KEEP = (_captured: CapturedResponse): void => {};
+
 /** Calls the capture's `settle` once; later calls do nothing. */
 function settle(state: Pending, captured: CapturedResponse): void {
   const once = state.settle;
   if (once === undefined) return;
   state.settle = undefined;
   if (state.grace !== undefined) clearTimeout(state.grace);
-  once(captured);
+  if (once === KEEP) state.early = captured;
+  else once(captured);
 }
 
 /** A response that went out (or was cut off) without the plugin holding it whole: never stored. */
@@ -460,16 +477,17 @@ export async function idempotency(
         // Fastify may run the handler and reach `onSend` within `done()` (a handler that replies at
         // once): the capture is then returned as it is, and a synchronous backend writes the record
         // in this same turn.
-        let early: CapturedResponse | undefined;
-        state.settle = (captured) => {
-          early = captured;
-        };
+        state.settle = KEEP;
         // However the response ends — after `onSend`, hijacked, written by Fastify's fallback error
         // handler, destroyed — its end settles what `onSend` did not. `on`, not `once` (which wraps
         // the listener in two more objects per request): a response closes once.
         reply.raw.on("close", () => closed(state));
         done();
-        if (early !== undefined) return early;
+        const early = state.early;
+        if (early !== undefined) {
+          state.early = undefined;
+          return early;
+        }
         return new Promise<CapturedResponse>((resolve) => {
           state.settle = resolve;
         });
