@@ -57,8 +57,6 @@ export class ResponseCapture {
   #state: "idle" | "holding" | "held" | "passing" | "released" = "idle";
   /** How long a response closed before `end()` keeps the key waiting for one (the claim's lease). */
   readonly #graceMs: number;
-  /** The response's hidden class is its own (Express re-parents every response): see the file's comment. */
-  readonly #ownHiddenClass: boolean;
   /** Why the response is passing through (set with the state `passing`). */
   #reason: BypassReason = "streamed";
   /** The response has emitted `close`. */
@@ -82,13 +80,19 @@ export class ResponseCapture {
    * @param graceMs how long a response that closes before the handler ended it keeps waiting for
    *   `end()` before it is settled as not stored: the claim's lease
    * @param ownHiddenClass the response shares no hidden class with others (Express re-parents every
-   *   response onto its app's prototype): `start` turns it into a dictionary-mode object before it
-   *   stores the four interceptors (see the file's comment). Leave it off for plain Node responses,
+   *   response onto its app's prototype): it is turned into a dictionary-mode object here, before
+   *   `start` stores the four interceptors (see the file's comment). Leave it off for plain Node responses,
    *   whose hidden class is shared and whose stores cost next to nothing.
    */
   constructor(res: ServerResponse, maxBytes: number, graceMs: number, ownHiddenClass = false) {
     this.#res = res;
-    this.#ownHiddenClass = ownHiddenClass;
+    if (ownHiddenClass) {
+      // One copy of its properties into a dictionary, instead of the four hidden classes `start` would
+      // build; first, so that the reads below and in `start` find a hidden class they have seen.
+      const own = res as unknown as Record<symbol, unknown>;
+      own[DICTIONARY_MODE] = true;
+      Reflect.deleteProperty(own, DICTIONARY_MODE);
+    }
     this.#maxBytes = maxBytes;
     this.#graceMs = graceMs;
     this.#original = {
@@ -115,12 +119,6 @@ export class ResponseCapture {
     if (this.#state !== "idle") return;
     this.#state = "holding";
     const res = this.#res;
-    if (this.#ownHiddenClass) {
-      // One copy of its properties into a dictionary, instead of four hidden classes built below.
-      const own = res as unknown as Record<symbol, unknown>;
-      own[DICTIONARY_MODE] = true;
-      Reflect.deleteProperty(own, DICTIONARY_MODE);
-    }
     if (res.getHeaderNames().length > 0) this.#before = res.getHeaders();
     // Closed already (the client left while the key was claimed): no `close` event will come.
     if (res.destroyed) this.#onClose();
