@@ -4,7 +4,7 @@ import type { Request as ExpressRequest } from "express";
 import { BYPASS_HEADER, HttpGuard } from "../../http/http-guard.js";
 import { DEFAULT_HTTP_LEASE_MS, type HttpIdempotencyOptions } from "../../http/options.js";
 import { type ParsedRequestLike, requestBody, splitUrl } from "../node/request-body.js";
-import { ResponseCapture, sendStored } from "../node/response-capture.js";
+import { ResponseCapture, sendStored, toDictionaryMode } from "../node/response-capture.js";
 
 /**
  * The subset of an Express (4 or 5) request the middleware reads: Node's `IncomingMessage` plus
@@ -66,8 +66,7 @@ export function idempotency<Req extends ExpressRequestLike = DefaultExpressReque
       key,
       req,
       () => {
-        // Express re-parents every response onto its app's prototype: its hidden class is its own.
-        capture ??= new ResponseCapture(res, guard.maxResponseBytes, leaseMs, true);
+        capture ??= new ResponseCapture(res, guard.maxResponseBytes, leaseMs);
         capture.start();
         next();
         // A handler that answered within `next()` is committed in this turn (synchronous backend).
@@ -103,6 +102,9 @@ export function idempotency<Req extends ExpressRequestLike = DefaultExpressReque
       next();
       return;
     }
+    // Express re-parents every response onto its app's prototype: its hidden class is its own, and a
+    // guarded response is written to (a replay) or has its four methods stored (the capture).
+    toDictionaryMode(res);
     if (admission.kind === "answer") {
       sendStored(res, admission.response);
       return;

@@ -25,13 +25,13 @@
  * price: Express re-parents every response onto its app's prototype, so no two responses share a
  * hidden class and each of the four stores builds one (about 26–28 µs of CPU per guarded request on
  * a loaded 2-core test machine, against 1–2 µs for the former shared-prototype patch: see
- * bench/http/express-stores.mjs and docs/http.md, "Per framework"). A capture built with
- * `ownHiddenClass` (Express's) first turns the response into a dictionary-mode object — one property
- * of its own added and deleted — so the four stores build no hidden class: such responses share one
- * (V8 caches the dictionary map by prototype), where Node's HTTP code reading a response whose
- * hidden class is its own misses its inline caches on every property anyway. Measured on Express 5
- * (new keys, Redis, 10 connections): 13.2–14.1 KB promoted per request down to 8.6–8.7 KB (the bare
- * app's), and CPU per request about 9 % lower (paired rounds, loaded machine).
+ * bench/http/express-stores.mjs and docs/http.md, "Per framework"). So the Express middleware first
+ * turns each guarded response into a dictionary-mode object (`toDictionaryMode`: one property of its
+ * own added and deleted), and the four stores build no hidden class: such responses share one (V8
+ * caches the dictionary map by prototype), where Node's HTTP code reading a response whose hidden
+ * class is its own misses its inline caches on every property anyway. Measured on Express 5 (Redis,
+ * 10 connections, paired rounds on a loaded machine): new keys 13.2–14.1 KB promoted per request down
+ * to 8.5–9.2 KB (the bare app's) and CPU per request about 13 % lower; replays about 8 % lower.
  */
 import type { OutgoingHttpHeader, OutgoingHttpHeaders, ServerResponse } from "node:http";
 import { BYPASS_HEADER, type BypassReason, type CapturedResponse } from "../../http/http-guard.js";
@@ -44,7 +44,7 @@ const INTERCEPTED = ["writeHead", "write", "end", "flushHeaders"] as const;
 type Intercepted = (typeof INTERCEPTED)[number];
 type Originals = Pick<ServerResponse, Intercepted>;
 
-/** The property `start` adds and deletes at once on a response whose hidden class is its own. */
+/** The property `toDictionaryMode` adds and deletes at once. */
 const DICTIONARY_MODE = Symbol("oncely.dictionaryMode");
 
 /** One response's capture. `start()` intercepts; exactly one of `release()`/`passed` ends it. */
@@ -79,20 +79,9 @@ export class ResponseCapture {
   /**
    * @param graceMs how long a response that closes before the handler ended it keeps waiting for
    *   `end()` before it is settled as not stored: the claim's lease
-   * @param ownHiddenClass the response shares no hidden class with others (Express re-parents every
-   *   response onto its app's prototype): it is turned into a dictionary-mode object here, before
-   *   `start` stores the four interceptors (see the file's comment). Leave it off for plain Node responses,
-   *   whose hidden class is shared and whose stores cost next to nothing.
    */
-  constructor(res: ServerResponse, maxBytes: number, graceMs: number, ownHiddenClass = false) {
+  constructor(res: ServerResponse, maxBytes: number, graceMs: number) {
     this.#res = res;
-    if (ownHiddenClass) {
-      // One copy of its properties into a dictionary, instead of the four hidden classes `start` would
-      // build; first, so that the reads below and in `start` find a hidden class they have seen.
-      const own = res as unknown as Record<symbol, unknown>;
-      own[DICTIONARY_MODE] = true;
-      Reflect.deleteProperty(own, DICTIONARY_MODE);
-    }
     this.#maxBytes = maxBytes;
     this.#graceMs = graceMs;
     this.#original = {
@@ -309,6 +298,21 @@ export class ResponseCapture {
     }
     return this.#chunks[0] as Buffer;
   }
+}
+
+/**
+ * Turns a response whose hidden class is its own (Express re-parents every response onto its app's
+ * prototype, and adds `res.locals` after) into a dictionary-mode object: one property of its own added
+ * and deleted, one copy of its properties. Every property added to it after (a capture's four
+ * interceptors) then builds no hidden class, and the reads of Node's HTTP code find a hidden class
+ * they have seen (dictionary-mode responses of one prototype share one). Call it first, before the
+ * response is read or written. Not for plain Node responses: theirs is shared already, and stores on
+ * them cost next to nothing.
+ */
+export function toDictionaryMode(res: ServerResponse): void {
+  const own = res as unknown as Record<symbol, unknown>;
+  own[DICTIONARY_MODE] = true;
+  Reflect.deleteProperty(own, DICTIONARY_MODE);
 }
 
 /**
