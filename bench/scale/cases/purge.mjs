@@ -5,7 +5,9 @@
 // on a fresh load of N expired rows with the table settled first, and each with its own windows without
 // a purge just before and after it: one p99 over one window is at the mercy of a single stall of the
 // machine, so the rounds show the spread. Counted: live rows before and after (exact), expired rows
-// left after, the purge's rows/s; per window the event loop's longest delay and the pool's waits.
+// left after, the purge's rows/s; per window the event loop's longest delay and the pool's waits, and on
+// MySQL/MariaDB the server's counters (row lock waits, buffer pool, flushing, fsyncs, checkpoint age,
+// purge history, the server process's CPU), server-wide.
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { monitorEventLoopDelay, performance } from "node:perf_hooks";
@@ -139,8 +141,9 @@ async function loadExpired(store, lock, silentLogger, prefix, n) {
 /**
  * Brings the table to the state a purge meets in production, the same before every round: statistics
  * fresh, the expired rows long written (PostgreSQL: VACUUM ANALYZE, then CHECKPOINT so that no
- * checkpoint of the bulk load's pages lands in a measured window; MySQL: ANALYZE TABLE; SQLite: a
- * WAL checkpoint).
+ * checkpoint of the bulk load's pages lands in a measured window; MySQL: ANALYZE TABLE, then the
+ * table's pages flushed (FLUSH TABLES … FOR EXPORT) and, on MariaDB, the redo checkpointed; SQLite:
+ * a WAL checkpoint).
  */
 async function settle(store) {
   if (store.name === "postgres") {
@@ -148,6 +151,20 @@ async function settle(store) {
     await store.raw.query("CHECKPOINT");
   } else if (store.name === "mysql") {
     await store.raw.query(`ANALYZE TABLE ${store.table}`);
+    // the bulk load's pages written out, then its redo checkpointed (MariaDB's checkpoint age), so
+    // that flushing the load does not land in a measured window, as PostgreSQL's CHECKPOINT above
+    const c = await store.raw.getConnection();
+    try {
+      await c.query(`FLUSH TABLES ${store.table} FOR EXPORT`);
+      await c.query("UNLOCK TABLES");
+    } finally {
+      c.release();
+    }
+    for (let i = 0; i < 240; i++) {
+      const [rows] = await store.raw.query("SHOW GLOBAL STATUS LIKE 'Innodb_checkpoint_age'");
+      if (rows.length === 0 || Number(rows[0].Value) < 8_000_000) break;
+      await sleep(250);
+    }
   } else if (store.name === "sqlite") {
     store.raw.prepare("PRAGMA wal_checkpoint(TRUNCATE)").get();
   }
@@ -160,6 +177,46 @@ async function checkpoints(store) {
     "SELECT (checkpoints_timed + checkpoints_req)::int AS n FROM pg_stat_bgwriter",
   );
   return rows[0].n;
+}
+
+/** MariaDB/MySQL's server counters a window's deltas are reported for (server-wide). */
+const MYSQL_COUNTERS = [
+  "Innodb_row_lock_waits",
+  "Innodb_row_lock_time",
+  "Innodb_buffer_pool_reads",
+  "Innodb_buffer_pool_read_requests",
+  "Innodb_buffer_pool_pages_flushed",
+  "Innodb_data_fsyncs",
+  "Innodb_os_log_fsyncs",
+  "Innodb_buffer_pool_wait_free",
+];
+/** …and the gauges read at a window's end. */
+const MYSQL_GAUGES = [
+  "Innodb_buffer_pool_pages_dirty",
+  "Innodb_checkpoint_age",
+  "Innodb_history_list_length",
+];
+
+/** A snapshot of the server's counters (MySQL/MariaDB; undefined for the other stores). */
+async function serverStatus(store) {
+  if (store.name !== "mysql") return undefined;
+  const [rows] = await store.raw.query("SHOW GLOBAL STATUS WHERE Variable_name IN (?)", [
+    [...MYSQL_COUNTERS, ...MYSQL_GAUGES],
+  ]);
+  return {
+    ...Object.fromEntries(rows.map((r) => [r.Variable_name, Number(r.Value)])),
+    serverCpuMs: store.storeCpuMs?.(),
+  };
+}
+/** What changed between two snapshots: the counters' deltas, the gauges as they are at the end. */
+function serverDelta(from, to) {
+  if (from === undefined || to === undefined) return undefined;
+  const delta = {};
+  for (const name of [...MYSQL_COUNTERS, "serverCpuMs"]) {
+    if (typeof to[name] === "number") delta[name] = Math.round(to[name] - (from[name] ?? 0));
+  }
+  for (const name of MYSQL_GAUGES) if (name in to) delta[name] = to[name];
+  return delta;
 }
 
 /** Runs `oncely purge` on the store in a child process; resolves with its exit code and output. */
@@ -232,7 +289,9 @@ async function measure(ctx, name, n) {
         await settle(store);
       }
       const checkpointsBefore = await checkpoints(store);
+      const status0 = await serverStatus(store);
       const before = await window(() => true, windowMs);
+      const status1 = await serverStatus(store);
       let done = false;
       let batches = 0;
       const start = now();
@@ -249,11 +308,13 @@ async function measure(ctx, name, n) {
       const during = await window(() => done, 0);
       const purge = await purging;
       const purgeMs = now() - start;
+      const status2 = await serverStatus(store);
       if (purge.code !== 0) throw new Error(`oncely purge exited ${purge.code}: ${purge.output}`);
       // the windows without the purge last together at least as long as the purge did: a machine's
       // stall is as likely to fall into them as into the purge's window
       const after = await window(() => true, Math.max(windowMs, during.ms - before.ms));
       const checkpointsAfter = await checkpoints(store);
+      const status3 = await serverStatus(store);
       // "without" is both windows' ops: drift of the machine's load during the round counts on both sides
       const without = latency([...before.latencies, ...after.latencies]);
       const round = {
@@ -271,6 +332,14 @@ async function measure(ctx, name, n) {
         purgeMs: Math.round(purgeMs),
         rowsPerSecond: Math.round((purge.purged / purgeMs) * 1000),
         checkpoints: checkpointsBefore === undefined ? undefined : checkpointsAfter - checkpointsBefore,
+        server:
+          status0 === undefined
+            ? undefined
+            : {
+                before: serverDelta(status0, status1),
+                during: serverDelta(status1, status2),
+                after: serverDelta(status2, status3),
+              },
       };
       ctx.log(`purge ${name} round ${round.round} (${how}): ${JSON.stringify(round)}`);
       rounds.push(round);
