@@ -42,6 +42,8 @@ function plain() {
   return new http.ServerResponse(new http.IncomingMessage(null));
 }
 const nop = () => 1;
+/** What `toDictionaryMode` (src/adapters/node/response-capture.ts) adds and deletes. */
+const DICTIONARY_MODE = Symbol("dictionaryMode");
 const captures = new WeakMap();
 /** Stores the four methods a capture intercepts as own properties of `res`. */
 function store(res, writeHead, write, end, flushHeaders) {
@@ -58,6 +60,12 @@ const variants = {
     const { writeHead, write, end, flushHeaders } = res;
     store(res, nop, nop, nop, nop);
     store(res, writeHead, write, end, flushHeaders);
+  },
+  "dictionary mode, then four methods stored (what the middleware does)": () => {
+    const res = response();
+    res[DICTIONARY_MODE] = true;
+    delete res[DICTIONARY_MODE];
+    store(res, nop, nop, nop, nop);
   },
   "one WeakMap entry": () => {
     const res = response();

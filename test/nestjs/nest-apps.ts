@@ -38,6 +38,8 @@ export class Orders {
   delayMs = 0;
   /** Throw from the next `create` calls while positive. */
   failures = 0;
+  /** Called with the response object `note` gets (Express's `res`, Fastify's reply). */
+  onNote?: (res: unknown) => void;
 }
 
 export const ORDERS = "orders";
@@ -64,6 +66,7 @@ export function ordersModule(
       return order;
     }
     note(body: unknown, res: { header(name: string, value: string): void }) {
+      this.#orders.onNote?.(res);
       res.header("x-note", "kept");
       this.#orders.created.push({ id: `note_${this.#orders.created.length + 1}`, body });
       return `noted ${JSON.stringify(body)}`;

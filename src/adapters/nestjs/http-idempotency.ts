@@ -15,7 +15,7 @@ import type { RequestBody } from "../../http/fingerprint.js";
 import { BYPASS_HEADER, HttpGuard } from "../../http/http-guard.js";
 import { DEFAULT_HTTP_LEASE_MS, type HttpIdempotencyOptions } from "../../http/options.js";
 import { type ParsedRequestLike, parsedBody, requestBody, splitUrl } from "../node/request-body.js";
-import { ResponseCapture } from "../node/response-capture.js";
+import { ResponseCapture, toDictionaryMode } from "../node/response-capture.js";
 
 /**
  * The request a Nest HTTP handler gets on either platform: Express's `req` or Fastify's `request`
@@ -66,6 +66,11 @@ export class NestHttpIdempotency {
     const guard = this.#guard;
     const admission = guard.admit(raw.method ?? "GET", raw.headers["idempotency-key"]);
     if (admission.kind === "pass") return next.handle();
+    // On Express (the response is Nest's `res` itself, not a Fastify reply's `raw`), the response was
+    // re-parented onto the app's prototype: its hidden class is its own, and a guarded response is
+    // written to (a replay) or has its four methods stored (the capture). The Express middleware does
+    // the same; a plain Node response (Fastify's `raw`) shares its hidden class already.
+    if (res === response) toDictionaryMode(res);
     if (admission.kind === "answer") return of(toFetchResponse(admission.response));
     return new Observable<unknown>((subscriber) => {
       let handled: Subscription | undefined;
