@@ -10,7 +10,6 @@
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { once } from "node:events";
-import { createServer } from "node:net";
 import { cpus } from "node:os";
 import { performance } from "node:perf_hooks";
 import { IdempotencyConfig, makeIdempotent } from "@aws-lambda-powertools/idempotency";
@@ -19,6 +18,7 @@ import { Idempotency } from "@node-idempotency/core";
 import { RedisStorageAdapter } from "@node-idempotency/storage-adapter-redis";
 import { Redis } from "ioredis";
 import { createClient } from "redis";
+import { freePort } from "../support.mjs";
 
 const dist = process.env.ONCELY_DIST ?? new URL("../../dist", import.meta.url).pathname;
 const { lock } = await import(`${dist}/index.js`);
@@ -32,16 +32,6 @@ const BATCH = 100;
 const run = `b${randomUUID().slice(0, 8)}`;
 const LEASE_MS = 60_000;
 const TTL_MS = 24 * 3600_000;
-
-async function freePort() {
-  const server = createServer();
-  server.listen(0, "127.0.0.1");
-  await once(server, "listening");
-  const { port } = server.address();
-  server.close();
-  await once(server, "close");
-  return port;
-}
 
 let child;
 let url = process.env.ONCELY_REDIS_URL;

@@ -7,8 +7,8 @@
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { once } from "node:events";
-import { createServer } from "node:net";
 import { Redis } from "ioredis";
+import { freePort } from "../support.mjs";
 
 // ONCELY_DIST: comma-separated dist/ directories to measure side by side, rounds interleaved (e.g. an
 // older commit's build and this one); default this repo's
@@ -20,16 +20,6 @@ const N = Number(process.env.BENCH_N ?? 20_000);
 const C = Number(process.env.BENCH_C ?? 16);
 // the machine is shared: every phase runs ROUNDS times and the lowest figure is reported
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
-
-async function freePort() {
-  const server = createServer();
-  server.listen(0, "127.0.0.1");
-  await once(server, "listening");
-  const { port } = server.address();
-  server.close();
-  await once(server, "close");
-  return port;
-}
 
 let child;
 let url = process.env.ONCELY_REDIS_URL;
