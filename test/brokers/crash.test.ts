@@ -15,6 +15,8 @@ interface Broker {
     publish(id: string): Promise<void>;
     /** Nothing left to deliver, nothing unacknowledged. */
     drained(): Promise<boolean>;
+    /** The broker's counts, for a failure's message. */
+    state(): Promise<string>;
     close(): Promise<void>;
   }>;
 }
@@ -31,6 +33,10 @@ const rabbit: Broker = {
       async drained() {
         const [main, dead] = [await q.admin.checkQueue(q.queue), await q.admin.checkQueue(q.dead)];
         return main.messageCount === 0 && dead.messageCount === 0;
+      },
+      async state() {
+        const [main, dead] = [await q.admin.checkQueue(q.queue), await q.admin.checkQueue(q.dead)];
+        return `ready ${main.messageCount}, consumers ${main.consumerCount}, dead ${dead.messageCount}`;
       },
       close: () => q.close(),
     };
@@ -58,6 +64,10 @@ const nats: Broker = {
       async drained() {
         const info = await s.jsm.consumers.info(s.stream, "workers");
         return info.num_pending === 0 && info.num_ack_pending === 0;
+      },
+      async state() {
+        const info = await s.jsm.consumers.info(s.stream, "workers");
+        return `pending ${info.num_pending}, ack pending ${info.num_ack_pending}, redelivered ${info.num_redelivered}, waiting pulls ${info.num_waiting}`;
       },
       close: () => s.close(),
     };
@@ -121,7 +131,21 @@ describe.each([rabbit, nats])("$name: consumer processes SIGKILLed mid-work", (b
       }
       expect(pendingAtFirstKill).toBeGreaterThan(0); // the kills landed while work remained
       const stormEnd = Date.now();
-      await until(() => orders.every((o) => run.committed().includes(o)), 60_000, "every order committed");
+      try {
+        await until(() => orders.every((o) => run.committed().includes(o)), 60_000, "every order committed");
+      } catch (error) {
+        // say what was left, for a failure that does not reproduce: the orders, the broker's view and
+        // what the journal holds for the first of them
+        const missing = orders.filter((o) => !run.committed().includes(o));
+        const trail = run
+          .journal()
+          .filter((row) => row.key === missing[0])
+          .map((row) => `${row.kind}:${row.fence ?? "-"}@${row.pid}`);
+        throw new Error(
+          `${(error as Error).message}: ${missing.length} left (${missing.join(", ")}); ` +
+            `live workers ${run.live().length}; broker ${await env.state()}; ${missing[0]}: ${trail.join(" ")}`,
+        );
+      }
       await until(() => env.drained(), 20_000, "an empty queue");
       const verdict = judgeSink(orders, run.journal(), run.effects());
       expect(verdict.lost).toEqual([]);
