@@ -4,7 +4,7 @@
  */
 import { strict as assert } from "node:assert";
 import { randomUUID } from "node:crypto";
-import { Redis } from "ioredis";
+import { Redis, type RedisOptions } from "ioredis";
 import { createClient } from "redis";
 import { afterAll, beforeAll, describe, it, vi } from "vitest";
 import { RedisBackend } from "../../src/backends/redis/index.js";
@@ -625,6 +625,84 @@ describe("redis backend: configuration", () => {
       return true;
     });
     dead.disconnect();
+  });
+});
+
+describe("redis backend: ioredis calls of one event-loop turn share a socket write", () => {
+  /** A client of its own, whose socket counts the writes it really makes (not the buffered calls). */
+  async function countingClient(options: RedisOptions = {}) {
+    const client = new Redis(url, options);
+    await client.ping();
+    type Sink = (...args: unknown[]) => unknown;
+    const stream = (client as unknown as { stream: { _write: Sink; _writev: Sink } }).stream;
+    const counted = { writes: 0 };
+    const write = stream._write;
+    const writev = stream._writev;
+    stream._write = function (this: unknown, ...args: unknown[]) {
+      counted.writes++;
+      return write.apply(this, args);
+    };
+    stream._writev = function (this: unknown, ...args: unknown[]) {
+      counted.writes++;
+      return writev.apply(this, args);
+    };
+    return { client, counted };
+  }
+
+  /** Three plain claims, each started by its own callback of the same turn (as three requests are). */
+  const claimsOfOneTurn = (backend: RedisBackend, prefix: string) =>
+    Promise.all(
+      [1, 2, 3].map(
+        (n) =>
+          new Promise((resolve, reject) =>
+            setImmediate(() => backend.claim(`${prefix}-${n}`, claimOptions()).then(resolve, reject)),
+          ),
+      ),
+    );
+
+  it("three requests' claims, each from its own callback, go out in one write", async () => {
+    const { client, counted } = await countingClient();
+    try {
+      const backend = new RedisBackend({ client, namespace: `t${randomUUID().slice(0, 8)}` });
+      const prefix = `k-${randomUUID()}`;
+      await backend.claim(`${prefix}-warm`, claimOptions()); // the server clock is read, then carried
+      counted.writes = 0;
+      const outcomes = (await claimsOfOneTurn(backend, prefix)) as Array<{ kind: string }>;
+      assert.deepEqual(
+        outcomes.map((o) => o.kind),
+        ["won", "won", "won"],
+      );
+      assert.equal(counted.writes, 1, "one socket write for the three claims");
+    } finally {
+      client.disconnect();
+    }
+  });
+
+  it("with enableAutoPipelining the backend leaves batching to ioredis, and claims still settle", async () => {
+    const { client } = await countingClient({ enableAutoPipelining: true });
+    try {
+      const backend = new RedisBackend({ client, namespace: `t${randomUUID().slice(0, 8)}` });
+      const outcomes = (await claimsOfOneTurn(backend, `k-${randomUUID()}`)) as Array<{ kind: string }>;
+      assert.deepEqual(
+        outcomes.map((o) => o.kind),
+        ["won", "won", "won"],
+      );
+    } finally {
+      client.disconnect();
+    }
+  });
+
+  it("a test that fakes every timer still gets its claims answered (the flush is not a timer)", async () => {
+    const backend = new RedisBackend({ client: io, namespace: `t${randomUUID().slice(0, 8)}` });
+    vi.useFakeTimers();
+    try {
+      const k = `k-${randomUUID()}`;
+      const won = await backend.claim(k, claimOptions());
+      assert.equal(won.kind, "won");
+      assert.equal((await backend.claim(k, claimOptions())).kind, "held");
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
 
