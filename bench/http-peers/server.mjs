@@ -7,6 +7,8 @@
 //   oncely-node-redis    the same on a node-redis client (the client @node-idempotency's adapter uses)
 //   floor                the least a correct guard does here, inline (see "The floor" below; on
 //                        PostgreSQL, postgresFloor in postgres.mjs)
+//   floor-batched        the floor on an ioredis client with enableAutoPipelining: the commands of one
+//                        turn of the event loop share a write, as node-redis (the peer's client) does
 //   express-idempotency  express-idempotency 1.0.6 with a Redis data adapter (Express only; see below)
 //   node-idempotency     @node-idempotency/core 1.0.11 + @node-idempotency/storage-adapter-redis 1.0.2,
 //                        glued to the framework as its README describes (see below)
@@ -84,9 +86,9 @@ async function oncelyBackend() {
   return new RedisBackend({ client: await createClient({ url: redisUrl }).connect(), namespace });
 }
 
-async function redisClient() {
+async function redisClient(options = {}) {
   const { Redis } = await import("ioredis");
-  const client = new Redis(redisUrl);
+  const client = new Redis(redisUrl, options);
   await client.ping();
   return client;
 }
@@ -111,7 +113,7 @@ async function floorGuard() {
     const { pool } = await postgresPool();
     return postgresFloor(pool, process.env.PG_SCHEMA, namespace, FLOOR_LEASE_MS, TTL_MS);
   }
-  const redis = await redisClient();
+  const redis = await redisClient({ enableAutoPipelining: variant === "floor-batched" });
   redis.defineCommand("floorComplete", { numberOfKeys: 1, lua: FLOOR_COMPLETE });
   const lease = String(FLOOR_LEASE_MS);
   const ttl = String(TTL_MS);
@@ -219,7 +221,7 @@ if (framework === "express") {
     const { idempotency } = await import(distUrl("express.js"));
     const backend = await oncelyBackend();
     app.use(idempotency({ backend, leaseMs, logger: { warn() {}, error() {} } }));
-  } else if (variant === "floor") {
+  } else if (variant === "floor" || variant === "floor-batched") {
     const guard = await floorGuard();
     app.use((req, res, next) => {
       const key = req.get("idempotency-key");
@@ -306,7 +308,7 @@ if (framework === "express") {
     const { idempotency } = await import(distUrl("fastify.js"));
     const backend = await oncelyBackend();
     await app.register(idempotency, { backend, leaseMs, logger: { warn() {}, error() {} } });
-  } else if (variant === "floor") {
+  } else if (variant === "floor" || variant === "floor-batched") {
     const guard = await floorGuard();
     app.addHook("preHandler", async (request, reply) => {
       const key = request.headers["idempotency-key"];

@@ -9,12 +9,13 @@ import { benchRunner, type CheckRow } from "./run-bench.js";
 const run = benchRunner();
 
 it("bench:http-peers --short prints the speed and correctness tables; oncely passes every case", async () => {
-  // the speed table for oncely and the bare app only, to stay short; correctness for all three
+  // the speed table for oncely, the batched floor and the bare app only, to stay short; correctness
+  // for the three that have it (the batched floor is measured for speed only)
   const { code, stdout, stderr, json } = await run([
     "--contenders",
-    "oncely,floor,node-idempotency",
+    "oncely,floor,floor-batched,node-idempotency",
     "--speed-contenders",
-    "oncely",
+    "oncely,floor-batched",
   ]);
   expect(code, stderr.slice(-2_000)).toBe(0);
 
@@ -25,6 +26,7 @@ it("bench:http-peers --short prints the speed and correctness tables; oncely pas
       "bare app",
       "oncely (ioredis)",
       "floor (inline fenced guard)",
+      "floor, batched (ioredis enableAutoPipelining)",
       "@node-idempotency",
     ]) {
       expect(stdout).toMatch(new RegExp(`\\| ${framework} \\| ${label.replace(/[()]/g, "\\$&")}`));
