@@ -66,7 +66,14 @@ for (const store of stores) {
 
 const CONTENDERS = {
   redis: {
-    express: ["oncely", "oncely-node-redis", "floor", "floor-batched", "express-idempotency", "node-idempotency"],
+    express: [
+      "oncely",
+      "oncely-node-redis",
+      "floor",
+      "floor-batched",
+      "express-idempotency",
+      "node-idempotency",
+    ],
     fastify: ["oncely", "oncely-node-redis", "floor", "floor-batched", "node-idempotency"],
   },
   postgres: { express: ["oncely", "floor"], fastify: ["oncely", "floor"] },
