@@ -678,7 +678,7 @@ describe("redis backend: ioredis calls of one event-loop turn share a socket wri
     }
   });
 
-  it("with enableAutoPipelining the backend leaves batching to ioredis, and claims still settle", async () => {
+  it("with enableAutoPipelining (ioredis batching by itself), claims from one turn settle", async () => {
     const { client } = await countingClient({ enableAutoPipelining: true });
     try {
       const backend = new RedisBackend({ client, namespace: `t${randomUUID().slice(0, 8)}` });

@@ -237,8 +237,8 @@ class IoredisDriver implements Driver {
    * callback). Flushing every 16 commands lets the server start on the first ones while the client
    * still writes the rest, so the two processes overlap instead of taking turns (measured: 1.5 × the
    * new-key throughput of one write per tick at the same CPU per message, docs/redis.md). Batching per
-   * turn rather than per `process.nextTick` costs the server half its CPU per replay and the client
-   * about a sixth of its CPU (docs/benchmarks.md). Each call stays an ordinary ioredis command (its own
+   * turn rather than per `process.nextTick` cut the server's CPU per replay by a quarter to two thirds
+   * in paired runs; on the client the difference was within the noise (docs/benchmarks.md). Each call stays an ordinary ioredis command (its own
    * promise, offline queue and reconnect handling), and each script run is still its own atomic step,
    * so batching never changes a decision — only how many writes carry them. (An ioredis `pipeline()`
    * per tick costs about twice the client CPU per command, and `enableAutoPipelining` more client CPU
