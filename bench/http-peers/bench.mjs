@@ -29,6 +29,11 @@
 // --correctness-only, --baseline DIR, --contenders a,b, --speed-contenders a,b, --redis-server PATH (default redis-server; the bench starts its own on a free
 // port and stops it at the end), --json FILE (writes the figures), --store redis|postgres (default
 // redis) or --stores redis,postgres (both, one after the other). ONCELY_DIST: oncely's dist/.
+//
+// After the medians, a third table divides oncely's figures by each other contender's of the same round
+// (throughput of new keys and replays, Node and store CPU per new key): median, lowest and highest over
+// the rounds. Pairs taken minutes apart cancel most of a shared machine's drift, which moves the
+// medians of the first table by more than the differences they are read for.
 import { execFileSync, spawn } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -383,6 +388,23 @@ const median = (values) => {
 
 const SHORT_REQUESTS = 300;
 const speedRows = [];
+/**
+ * oncely against each other contender, round by round: oncely's figure divided by theirs in the same
+ * round, as median, lowest and highest. Each round measures the contenders one after the other within
+ * a couple of minutes, so a machine whose speed drifts between rounds (a shared host: the bare app's
+ * throughput has swung 2x between minutes here) moves both sides of a pair alike.
+ */
+const pairedRows = [];
+/** Median, lowest and highest of oncely's `field` over `other`'s, per round; undefined without pairs. */
+function paired(results, oncelyId, otherId, field) {
+  const mine = results.get(oncelyId) ?? [];
+  const theirs = results.get(otherId) ?? [];
+  const ratios = mine
+    .map((r, i) => r[field] / theirs[i]?.[field])
+    .filter((ratio) => Number.isFinite(ratio) && ratio > 0);
+  if (ratios.length === 0) return undefined;
+  return { median: median(ratios), low: Math.min(...ratios), high: Math.max(...ratios) };
+}
 async function runSpeed(store) {
   const plan = [];
   for (const framework of frameworks) {
@@ -408,6 +430,23 @@ async function runSpeed(store) {
     }
   }
   const stat = (id, field) => median((results.get(id) ?? []).map((r) => r[field]));
+  for (const framework of frameworks) {
+    if (!measured(store, framework).includes("oncely")) continue;
+    for (const other of measured(store, framework)) {
+      if (other === "oncely") continue;
+      const pair = (mode, field) =>
+        paired(results, `${framework}|oncely|${mode}`, `${framework}|${other}|${mode}`, field);
+      pairedRows.push({
+        store,
+        framework,
+        variant: other,
+        rpsNew: pair("new", "rps"),
+        rpsReplay: pair("replay", "rps"),
+        storeUsNew: pair("new", store === "postgres" ? "storeUs" : "redisUs"),
+        nodeUsNew: pair("new", "nodeUs"),
+      });
+    }
+  }
   for (const framework of frameworks) {
     for (const variant of ["bare", ...measured(store, framework)]) {
       const fresh = `${framework}|${variant}|new`;
@@ -698,6 +737,23 @@ for (const store of stores) {
         .join(", ");
       lines.push(`- ${row.framework} ${label(store, row.variant)}: ${parts}`);
     }
+    const pairs = pairedRows.filter((row) => row.store === store);
+    if (pairs.length > 0) {
+      lines.push("");
+      lines.push(
+        `oncely ÷ each contender, round by round (oncely's figure over theirs in the same round: median, lowest–highest of ${rounds}); above 1 is more throughput or more CPU for oncely:`,
+      );
+      lines.push("");
+      lines.push(
+        `| framework | oncely ÷ | req/s, new keys | req/s, replays | Node µs per new key | ${postgres ? "PostgreSQL" : "Redis"} µs per new key |`,
+      );
+      lines.push("|---|---|---:|---:|---:|---:|");
+      const spread = (p) => (p === undefined ? "—" : `${fixed(p.median)} (${fixed(p.low)}–${fixed(p.high)})`);
+      for (const row of pairs) {
+        const cells = [row.rpsNew, row.rpsReplay, row.nodeUsNew, row.storeUsNew].map(spread);
+        lines.push(`| ${row.framework} | ${label(store, row.variant)} | ${cells.join(" | ")} |`);
+      }
+    }
   }
   if (correctness) {
     lines.push("");
@@ -723,6 +779,16 @@ for (const store of stores) {
 process.stdout.write(`${lines.join("\n")}\n`);
 if (jsonOut !== undefined) {
   const postgres = stores.includes("postgres") ? { postgresVersion, postgresSchema: pgSchema } : {};
-  const figures = { date, redisVersion, ...postgres, seconds, rounds, connections, speedRows, checkRows };
+  const figures = {
+    date,
+    redisVersion,
+    ...postgres,
+    seconds,
+    rounds,
+    connections,
+    speedRows,
+    pairedRows,
+    checkRows,
+  };
   writeFileSync(jsonOut, JSON.stringify(figures, null, 2));
 }

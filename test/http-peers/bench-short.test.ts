@@ -33,12 +33,26 @@ it("bench:http-peers --short prints the speed and correctness tables; oncely pas
     }
     // the per-command breakdown of a new key
     expect(stdout).toMatch(new RegExp(`- ${framework} oncely \\(ioredis\\): .*evalsha`));
+    // oncely over the batched floor, round by round
+    expect(stdout).toMatch(
+      new RegExp(
+        `\\| ${framework} \\| floor, batched \\(ioredis enableAutoPipelining\\) \\| \\d\\.\\d\\d \\(`,
+      ),
+    );
   }
+  expect(stdout).toContain("| framework | oncely ÷ | req/s, new keys | req/s, replays |");
 
   const figures = json<{
     speedRows: Array<{ variant: string; commandsNew: number; commandsReplay: number }>;
+    pairedRows: Array<{ framework: string; variant: string; storeUsNew?: { median: number } }>;
     checkRows: CheckRow[];
   }>();
+  // one pair per framework (oncely ÷ the batched floor), its Redis CPU ratio read from both counters
+  expect(figures.pairedRows.map((row) => `${row.framework} ${row.variant}`).sort()).toEqual([
+    "express floor-batched",
+    "fastify floor-batched",
+  ]);
+  for (const row of figures.pairedRows) expect(row.storeUsNew?.median).toBeGreaterThan(0);
   const oncely = figures.checkRows.filter((row) => row.variant === "oncely");
   expect(oncely.map((row) => row.framework).sort()).toEqual(["express", "fastify"]);
   for (const row of oncely) {
