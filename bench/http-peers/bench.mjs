@@ -76,15 +76,16 @@ const CONTENDERS = {
       "oncely-node-redis",
       "floor",
       "floor-batched",
+      "floor-clocked",
       "express-idempotency",
       "node-idempotency",
     ],
-    fastify: ["oncely", "oncely-node-redis", "floor", "floor-batched", "node-idempotency"],
+    fastify: ["oncely", "oncely-node-redis", "floor", "floor-batched", "floor-clocked", "node-idempotency"],
   },
   postgres: { express: ["oncely", "floor"], fastify: ["oncely", "floor"] },
 };
-/** Measured for speed only: the batched floor decides exactly as the floor, so its checks would repeat. */
-const SPEED_ONLY = new Set(["floor-batched"]);
+/** Measured for speed only: the batched floors decide exactly as the floor, so their checks would repeat. */
+const SPEED_ONLY = new Set(["floor-batched", "floor-clocked"]);
 /** The peers, listed in the PostgreSQL correctness table as having no PostgreSQL storage. */
 const NO_POSTGRES = { express: ["express-idempotency", "node-idempotency"], fastify: ["node-idempotency"] };
 // --baseline DIR: oncely from another dist/ (another build) as one more contender, to compare builds
@@ -111,6 +112,7 @@ const LABEL = {
   "oncely-node-redis": "oncely (node-redis)",
   floor: "floor (inline fenced guard)",
   "floor-batched": "floor, batched (ioredis enableAutoPipelining)",
+  "floor-clocked": "floor, batched, with oncely's server times and waiter check",
   "express-idempotency": "express-idempotency + Redis adapter",
   "node-idempotency": "@node-idempotency core + Redis adapter",
 };

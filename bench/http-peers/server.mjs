@@ -8,6 +8,9 @@
 //   floor                the least a correct guard does here, inline (see "The floor" below; on
 //                        PostgreSQL, postgresFloor in postgres.mjs)
 //   floor-batched        the floor on an ioredis client with enableAutoPipelining: the commands of one
+//   floor-clocked        the batched floor whose complete also keeps what oncely's record keeps beyond
+//                        it: completedAt and expiresAt from the server's TIME, claimedAt from the
+//                        claimed key's expiry, and a check for a waiter to wake (EXISTS, then PUBLISH)
 //                        turn of the event loop share a write, as node-redis (the peer's client) does
 //   express-idempotency  express-idempotency 1.0.6 with a Redis data adapter (Express only; see below)
 //   node-idempotency     @node-idempotency/core 1.0.11 + @node-idempotency/storage-adapter-redis 1.0.2,
@@ -107,14 +110,35 @@ if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
   return 1
 end
 return 0`;
+/**
+ * The floor's complete plus the duties of oncely's: the done record carries completedAt and expiresAt
+ * read from the server's clock and the claim's start (its key's expiry less the lease it was set
+ * with, as for oncely's plain claims), and a waiter's marker (KEYS[2]) is checked so that one would be
+ * woken. ARGV: the claim's token, the done value (`d…`, or empty to release), ttl ms, lease ms. The
+ * times go after the `d`, before the fingerprint: `d<completedAt>,<expiresAt>,<claimedAt>;<fp>\n…`.
+ */
+const FLOOR_CLOCKED_COMPLETE = `local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
+  if ARGV[2] == '' then redis.call('DEL', KEYS[1]) return 1 end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local claimedAt = redis.call('PEXPIRETIME', KEYS[1]) - tonumber(ARGV[4])
+  local times = string.format('d%d,%d,%d;', now, now + tonumber(ARGV[3]), claimedAt)
+  redis.call('SET', KEYS[1], times .. string.sub(ARGV[2], 2), 'PX', ARGV[3])
+  if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('PUBLISH', KEYS[1] .. ':changed', 'done') end
+  return 1
+end
+return 0`;
 async function floorGuard() {
   if (store === "postgres") {
     const { postgresFloor } = await import("./postgres.mjs");
     const { pool } = await postgresPool();
     return postgresFloor(pool, process.env.PG_SCHEMA, namespace, FLOOR_LEASE_MS, TTL_MS);
   }
-  const redis = await redisClient({ enableAutoPipelining: variant === "floor-batched" });
+  const clocked = variant === "floor-clocked";
+  const redis = await redisClient({ enableAutoPipelining: variant !== "floor" });
   redis.defineCommand("floorComplete", { numberOfKeys: 1, lua: FLOOR_COMPLETE });
+  redis.defineCommand("floorClockedComplete", { numberOfKeys: 2, lua: FLOOR_CLOCKED_COMPLETE });
   const lease = String(FLOOR_LEASE_MS);
   const ttl = String(TTL_MS);
   return {
@@ -129,7 +153,17 @@ async function floorGuard() {
       if (previous === null) return { won: true, k, fence, fp };
       if (previous[0] !== "d") return { busy: true };
       const a = previous.indexOf("\n");
-      if (previous.slice(1, a) !== fp) return { mismatch: true };
+      // clocked: the times are read (a guard would judge the record's expiry by them), then the rest
+      const from = clocked ? previous.indexOf(";") + 1 : 1;
+      if (
+        clocked &&
+        !previous
+          .slice(1, from - 1)
+          .split(",")
+          .every((time) => Number(time) > 0)
+      )
+        throw new Error("a done record without its times");
+      if (previous.slice(from, a) !== fp) return { mismatch: true };
       const b = previous.indexOf("\n", a + 1);
       const c = previous.indexOf("\n", b + 1);
       return {
@@ -144,7 +178,9 @@ async function floorGuard() {
     settle(claim, status, headers, body) {
       const done =
         status >= 200 && status < 300 ? `d${claim.fp}\n${status}\n${JSON.stringify(headers)}\n${body}` : "";
-      return redis.floorComplete(claim.k, claim.fence, done, ttl);
+      return clocked
+        ? redis.floorClockedComplete(claim.k, `${claim.k}:w`, claim.fence, done, ttl, lease)
+        : redis.floorComplete(claim.k, claim.fence, done, ttl);
     },
   };
 }
@@ -221,7 +257,7 @@ if (framework === "express") {
     const { idempotency } = await import(distUrl("express.js"));
     const backend = await oncelyBackend();
     app.use(idempotency({ backend, leaseMs, logger: { warn() {}, error() {} } }));
-  } else if (variant === "floor" || variant === "floor-batched") {
+  } else if (variant === "floor" || variant === "floor-batched" || variant === "floor-clocked") {
     const guard = await floorGuard();
     app.use((req, res, next) => {
       const key = req.get("idempotency-key");
@@ -308,7 +344,7 @@ if (framework === "express") {
     const { idempotency } = await import(distUrl("fastify.js"));
     const backend = await oncelyBackend();
     await app.register(idempotency, { backend, leaseMs, logger: { warn() {}, error() {} } });
-  } else if (variant === "floor" || variant === "floor-batched") {
+  } else if (variant === "floor" || variant === "floor-batched" || variant === "floor-clocked") {
     const guard = await floorGuard();
     app.addHook("preHandler", async (request, reply) => {
       const key = request.headers["idempotency-key"];

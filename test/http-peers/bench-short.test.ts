@@ -9,13 +9,13 @@ import { benchRunner, type CheckRow } from "./run-bench.js";
 const run = benchRunner();
 
 it("bench:http-peers --short prints the speed and correctness tables; oncely passes every case", async () => {
-  // the speed table for oncely, the batched floor and the bare app only, to stay short; correctness
-  // for the three that have it (the batched floor is measured for speed only)
+  // the speed table for oncely, the batched floors and the bare app only, to stay short; correctness
+  // for the three that have it (the batched floors are measured for speed only)
   const { code, stdout, stderr, json } = await run([
     "--contenders",
-    "oncely,floor,floor-batched,node-idempotency",
+    "oncely,floor,floor-batched,floor-clocked,node-idempotency",
     "--speed-contenders",
-    "oncely,floor-batched",
+    "oncely,floor-batched,floor-clocked",
   ]);
   expect(code, stderr.slice(-2_000)).toBe(0);
 
@@ -27,12 +27,16 @@ it("bench:http-peers --short prints the speed and correctness tables; oncely pas
       "oncely (ioredis)",
       "floor (inline fenced guard)",
       "floor, batched (ioredis enableAutoPipelining)",
+      "floor, batched, with oncely's server times and waiter check",
       "@node-idempotency",
     ]) {
       expect(stdout).toMatch(new RegExp(`\\| ${framework} \\| ${label.replace(/[()]/g, "\\$&")}`));
     }
-    // the per-command breakdown of a new key
+    // the per-command breakdown of a new key; the clocked floor runs the commands of oncely's complete
     expect(stdout).toMatch(new RegExp(`- ${framework} oncely \\(ioredis\\): .*evalsha`));
+    const clocked = stdout.split("\n").find((line) => line.startsWith(`- ${framework} floor, batched, with`));
+    for (const command of ["evalsha 1", "time 1", "pexpiretime 1", "exists 1"])
+      expect(clocked).toContain(command);
     // oncely over the batched floor, round by round
     expect(stdout).toMatch(
       new RegExp(
@@ -47,10 +51,12 @@ it("bench:http-peers --short prints the speed and correctness tables; oncely pas
     pairedRows: Array<{ framework: string; variant: string; storeUsNew?: { median: number } }>;
     checkRows: CheckRow[];
   }>();
-  // one pair per framework (oncely ÷ the batched floor), its Redis CPU ratio read from both counters
+  // oncely ÷ each batched floor on each framework, its Redis CPU ratio read from both counters
   expect(figures.pairedRows.map((row) => `${row.framework} ${row.variant}`).sort()).toEqual([
     "express floor-batched",
+    "express floor-clocked",
     "fastify floor-batched",
+    "fastify floor-clocked",
   ]);
   for (const row of figures.pairedRows) expect(row.storeUsNew?.median).toBeGreaterThan(0);
   const oncely = figures.checkRows.filter((row) => row.variant === "oncely");
