@@ -8,10 +8,10 @@
 //   floor                the least a correct guard does here, inline (see "The floor" below; on
 //                        PostgreSQL, postgresFloor in postgres.mjs)
 //   floor-batched        the floor on an ioredis client with enableAutoPipelining: the commands of one
+//                        turn of the event loop share a write, as node-redis (the peer's client) does
 //   floor-clocked        the batched floor whose complete also keeps what oncely's record keeps beyond
 //                        it: completedAt and expiresAt from the server's TIME, claimedAt from the
 //                        claimed key's expiry, and a check for a waiter to wake (EXISTS, then PUBLISH)
-//                        turn of the event loop share a write, as node-redis (the peer's client) does
 //   express-idempotency  express-idempotency 1.0.6 with a Redis data adapter (Express only; see below)
 //   node-idempotency     @node-idempotency/core 1.0.11 + @node-idempotency/storage-adapter-redis 1.0.2,
 //                        glued to the framework as its README describes (see below)
